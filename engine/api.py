@@ -1,0 +1,57 @@
+"""Engine-facing request and result types shared by the CLI, the LSP server and the benchmark.
+
+Positions inside the engine are *code-point offsets* into Python ``str`` objects (0-based); the LSP
+layer converts from/to the negotiated position encoding (``lsp_server/convert.py``) and nowhere else.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class CompletionRequest:
+    """One completion at a cursor.
+
+    ``prefix`` is the document text before the cursor, ``suffix`` the text after it (both full
+    documents may be long; the engine truncates them to the model window, keeping the text nearest
+    the cursor). Line endings may be ``\\n``, ``\\r\\n`` or ``\\r``; the engine normalises internally
+    and answers in the document's dominant line ending.
+    """
+
+    prefix: str
+    suffix: str = ""
+    multiline: bool | None = None  # None: decided by the policy (block opener / empty line => multi)
+    max_tokens: int | None = None  # None: settings default
+    temperature: float | None = None
+    top_p: float | None = None
+    constraints: bool = True  # False: unconstrained baseline from the same model
+    seed: int = 0
+    cancel: threading.Event | None = None  # set() stops decoding at the next token
+    on_token: Callable[[str], None] | None = None  # streaming: called with each new text piece
+
+
+@dataclass
+class Completion:
+    """Result of :meth:`engine.complete.Engine.complete`.
+
+    ``text`` is inserted at the cursor, replacing the first ``replace_suffix`` code points of the
+    suffix (an auto-closed ``)`` or quote the completion already contains). ``timings_ms`` holds
+    ``prompt``, ``prefill``, ``decode``, ``validate`` and ``total`` in milliseconds. ``trace`` has one
+    entry per decoded token (token id, text, allowed-token count, mask µs, fuse flag).
+    """
+
+    text: str
+    replace_suffix: int = 0
+    multiline: bool = False
+    cancelled: bool = False
+    stop_reason: str = ""  # "eos" | "newline" | "max_tokens" | "cancelled" | "fsm" | "empty"
+    tokens: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # KV-cache prefix tokens reused from the previous request
+    fuses: int = 0
+    validation: str = ""  # "ok" | "truncated" | "rejected"
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    trace: list[dict] = field(default_factory=list)

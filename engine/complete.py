@@ -1,0 +1,343 @@
+"""The completion pipeline: prompt -> prefill (KV reuse) -> masked decode -> policy cut -> validation.
+
+:class:`Engine` is what the CLI, the LSP server and the benchmark use. Positions are code-point
+offsets; line endings are normalised to ``\\n`` inside and restored on the way out.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from . import pylex
+from .api import Completion, CompletionRequest
+from .errors import ModelError
+from .fsm import MaskMemo, PrefixLexer, PythonGuide, TokenIndex, default_cache_dir, detect_indent_style
+from .settings import Settings
+from .validate import longest_valid
+
+log = logging.getLogger(__name__)
+
+CLOSERS = frozenset(")]}'\":;, ")
+
+
+def dominant_eol(text: str) -> str:
+    """The document's most common line ending (``\\n`` when it has none)."""
+    crlf = text.count("\r\n")
+    cr = text.count("\r") - crlf
+    lf = text.count("\n") - crlf
+    if crlf > lf and crlf >= cr:
+        return "\r\n"
+    if cr > lf and cr > crlf:
+        return "\r"
+    return "\n"
+
+
+def normalize_eol(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def wants_multiline(prefix: str, suffix: str, setting: str) -> bool:
+    """Policy: multi-line only on an empty (whitespace-only) line right after a block opener ``:``;
+    single-line mid-line and inside brackets. ``setting``: ``"auto" | "always" | "never"``."""
+    if setting == "always":
+        return True
+    if setting == "never":
+        return False
+    line_start = prefix.rfind("\n") + 1
+    if prefix[line_start:].strip() or suffix.split("\n", 1)[0].strip():
+        return False
+    before = prefix[:line_start].rstrip()
+    # last code line, ignoring comments after the colon
+    last = before.rsplit("\n", 1)[-1]
+    code = last.split("#", 1)[0].rstrip() if "#" in last and "'" not in last and '"' not in last else last.rstrip()
+    return code.endswith(":")
+
+
+def _indent_of(line: str) -> int:
+    return pylex.indent_width(line[: len(line) - len(line.lstrip(" \t"))])
+
+
+def multiline_cut(cursor_line: str, text: str) -> int | None:
+    """Where a multi-line completion leaves its block: the offset of the newline before the first
+    non-blank line indented less than the completion's first line, or None."""
+    first_line = cursor_line + text.split("\n", 1)[0]
+    base = _indent_of(first_line)
+    pos = text.find("\n")
+    blank_run = 0
+    while pos >= 0:
+        nxt = text.find("\n", pos + 1)
+        line = text[pos + 1 : nxt if nxt >= 0 else len(text)]
+        if nxt < 0 and not line.strip():
+            return None  # the line is not typed yet
+        if line.strip():
+            blank_run = 0
+            if nxt < 0 and not line.lstrip(" \t"):
+                return None
+            if _indent_of(line) < base:
+                return pos
+        else:
+            blank_run += 1
+            if blank_run >= 2:
+                return pos
+        pos = nxt
+    return None
+
+
+def strip_suffix_overlap(text: str, suffix: str) -> str:
+    """Drop the tail of a single-line ``text`` that the suffix already has (``"Not e|qual"`` + ``qual``):
+    completions never duplicate the text after the cursor."""
+    line = suffix.split("\n", 1)[0]
+    for k in range(min(len(text), len(line)), 0, -1):
+        if text.endswith(line[:k]):
+            return text[:-k]
+    return text
+
+
+class Engine:
+    """Loads the model and FSM tables once; answers :class:`CompletionRequest` one at a time."""
+
+    def __init__(self, settings: Settings | None = None):
+        self.settings = settings or Settings()
+        self.lm = None
+        self.index: TokenIndex | None = None
+        self.builder = None
+        self.kv = None
+        self.memo = MaskMemo()
+        self.prefix_lexer = PrefixLexer()
+        self._lock = threading.Lock()
+        self._device_masks: OrderedDict = OrderedDict()
+        self.model_name = ""
+        self.load_error: str | None = None
+
+    # -- loading ------------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.lm is not None
+
+    def load(self, progress=None) -> None:
+        """Load model, tokenizer and FSM index. ``progress(message, percent)``. Raises ModelError."""
+        from .decode import KVCache
+        from .fim import PromptBuilder, detect_template
+        from .model import load_model
+        from .vocab import from_hf_tokenizer
+
+        def report(msg: str, pct: float) -> None:
+            if progress is not None:
+                progress(msg, pct)
+
+        s = self.settings
+        try:
+            report("loading model", 5)
+            lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads)
+            report("building the FIM prompt template", 50)
+            template = detect_template(lm.tokenizer.get_vocab(), s.model.fim_template)
+            builder = PromptBuilder(lm.tokenizer, template, min(s.model.context_tokens, lm.max_positions) - 8)
+            report("loading FSM tables", 60)
+            vocab = from_hf_tokenizer(lm.tokenizer, template.stop_tokens)
+            index = TokenIndex(vocab, default_cache_dir())
+        except ModelError as exc:
+            self.load_error = str(exc)
+            raise
+        self.lm, self.builder, self.index = lm, builder, index
+        self.kv = KVCache(lm.model, lm.device)
+        self.model_name = lm.name
+        self._starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in vocab.tokens], dtype=bool)
+        self.load_error = None
+        report("ready", 100)
+
+    def update_settings(self, settings: Settings) -> None:
+        """Apply new settings; a different model, device or dtype reloads on the next :meth:`load`."""
+        old = self.settings
+        self.settings = settings
+        if (old.model != settings.model) and self.lm is not None:
+            with self._lock:
+                self.lm = None
+                self.index = None
+
+    def save_tables(self) -> None:
+        if self.index is not None:
+            try:
+                self.index.save()
+            except OSError as exc:
+                log.warning("could not write the FSM cache: %s", exc)
+
+    # -- completion ---------------------------------------------------------------------------------
+
+    def complete(self, req: CompletionRequest) -> Completion:
+        """Run one completion. Raises ModelError when no model is loaded or the model fails (e.g. OOM)."""
+        if self.lm is None:
+            raise ModelError(self.load_error or "the model is not loaded yet")
+        with self._lock:
+            try:
+                return self._complete(req)
+            except ModelError:
+                raise
+            except RuntimeError as exc:  # torch OOM and friends: keep the server alive
+                self.kv.reset()
+                if "out of memory" in str(exc).lower():
+                    raise ModelError(f"out of memory during decoding: {exc}; lower max tokens or context, or use "
+                                     "device \"cpu\"") from exc
+                raise
+
+    def _complete(self, req: CompletionRequest) -> Completion:
+        import torch
+
+        from .decode import apply_mask, sample
+
+        t0 = time.perf_counter()
+        s = self.settings
+        eol = dominant_eol(req.prefix + req.suffix)
+        prefix, suffix = normalize_eol(req.prefix), normalize_eol(req.suffix)
+        if req.multiline is None:
+            multiline = wants_multiline(prefix, suffix, s.generation.multiline)
+        else:
+            multiline = req.multiline
+        max_tokens = req.max_tokens or (s.generation.max_tokens_multiline if multiline else s.generation.max_tokens)
+        temperature = s.generation.temperature if req.temperature is None else req.temperature
+        top_p = s.generation.top_p if req.top_p is None else req.top_p
+        constrained = req.constraints and s.constraints.enabled
+        result = Completion(text="", multiline=multiline)
+
+        prompt = self.builder.build(prefix, suffix)
+        guide = None
+        if constrained:
+            state, _recoveries = self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
+            guide = PythonGuide(self.index, state, self.memo)
+        t1 = time.perf_counter()
+        logits, reused = self.kv.prefill(prompt.ids)
+        t2 = time.perf_counter()
+        result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator(device=self.lm.device)
+            generator.manual_seed(req.seed or s.generation.seed)
+
+        cursor_line = prefix[prefix.rfind("\n") + 1 :]
+        first_after_ws = bool(cursor_line) and not cursor_line.strip(" \t")
+        tokens = self.index.vocab.tokens
+        stop_ids = set(self.builder.stop_ids) | set(self.index.vocab.eos_ids)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = ""
+        ends: list[int] = []  # text length after each token (truncation candidates)
+        stop_reason = "max_tokens"
+        for step in range(max_tokens):
+            if req.cancel is not None and req.cancel.is_set():
+                result.cancelled, stop_reason = True, "cancelled"
+                break
+            entry: dict = {}
+            if guide is not None:
+                tm = time.perf_counter()
+                mask = self._device_mask(guide)
+                if step == 0 and first_after_ws:
+                    mask = mask & ~self._starts_ws_dev()
+                raw_top = torch.argmax(logits)
+                logits = apply_mask(logits.clone(), mask)
+                entry["mask_us"] = round((time.perf_counter() - tm) * 1e6, 1)
+            tok_t = sample(logits, temperature, top_p, generator)
+            if guide is not None:
+                tok, top, best = (int(x) for x in torch.stack([tok_t, raw_top, torch.isfinite(logits).any().long()]).tolist())
+                if not best:  # nothing allowed at all: stop at the last valid point
+                    result.fuses += 1
+                    stop_reason = "fsm"
+                    break
+                if tok != top:
+                    entry["masked_top"] = top  # the model's favourite was masked
+            else:
+                tok = int(tok_t)
+            if tok in stop_ids:
+                stop_reason = "eos"
+                break
+            if guide is not None and not guide.advance(tok):
+                stop_reason = "fsm"
+                break
+            piece = tokens[tok] if tok < len(tokens) and tokens[tok] is not None else b""
+            text += decoder.decode(piece)
+            ends.append(len(text))
+            result.tokens += 1
+            entry.update(id=tok, text=piece.decode("utf-8", "replace"))
+            result.trace.append(entry)
+            if req.on_token is not None:
+                req.on_token(piece.decode("utf-8", "replace"))
+            if not multiline and "\n" in text:
+                stop_reason = "newline"
+                break
+            if multiline and "\n" in text and multiline_cut(cursor_line, text) is not None:
+                stop_reason = "dedent"
+                break
+            logits = self.kv.decode_one_token(tok)
+        t3 = time.perf_counter()
+
+        # policy cut
+        if not multiline:
+            text = text.split("\n", 1)[0]
+        else:
+            cut = multiline_cut(cursor_line, text)
+            if cut is not None:
+                text = text[:cut]
+            text = text.rstrip(" \t\n") if text.strip() else ""
+        text = strip_suffix_overlap(text, suffix) if not multiline else text
+        ends = sorted({e for e in ends if e < len(text)} | {len(text)})
+        pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        result.validation = "skipped"
+        if text and s.constraints.validate:
+            text, result.replace_suffix, result.validation = self._validated(prefix, pieces, suffix)
+        t4 = time.perf_counter()
+        if not text.strip() and not result.replace_suffix:
+            text = ""
+            if stop_reason not in ("cancelled",):
+                stop_reason = stop_reason if stop_reason != "max_tokens" else "empty"
+        result.text = text.replace("\n", eol) if eol != "\n" else text
+        result.stop_reason = stop_reason
+        result.timings_ms = {
+            "prompt": round((t1 - t0) * 1e3, 2),
+            "prefill": round((t2 - t1) * 1e3, 2),
+            "decode": round((t3 - t2) * 1e3, 2),
+            "validate": round((t4 - t3) * 1e3, 2),
+            "total": round((t4 - t0) * 1e3, 2),
+        }
+        return result
+
+    def _validated(self, prefix: str, pieces: list[str], suffix: str) -> tuple[str, int, str]:
+        """Validate; when the text after the cursor is only auto-closed characters that the
+        completion also typed, try replacing them (the LSP item's range covers them)."""
+        line = suffix.split("\n", 1)[0]
+        k, verdict = longest_valid(prefix, pieces, suffix)
+        if verdict != "ok" and line and set(line) <= CLOSERS and line.strip():
+            k2, verdict2 = longest_valid(prefix, pieces, suffix[len(line):])
+            if k2 > k:
+                text = "".join(pieces[:k2])
+                if text.rstrip().endswith(line.strip()[-1:]):
+                    return text, len(line), verdict2
+        return "".join(pieces[:k]), 0, verdict
+
+    # -- device masks -------------------------------------------------------------------------------
+
+    def _device_mask(self, guide: PythonGuide):
+        import torch
+
+        key = guide.state.key()
+        mask = self._device_masks.get(key)
+        if mask is None:
+            mask = torch.from_numpy(guide.allowed_mask())
+            if self.lm.device.type != "cpu":
+                mask = mask.to(self.lm.device)
+            self._device_masks[key] = mask
+            if len(self._device_masks) > 4096:
+                self._device_masks.popitem(last=False)
+        else:
+            self._device_masks.move_to_end(key)
+        return mask
+
+    def _starts_ws_dev(self):
+        import torch
+
+        if not hasattr(self, "_starts_ws_t"):
+            self._starts_ws_t = torch.from_numpy(self._starts_ws).to(self.lm.device)
+        return self._starts_ws_t

@@ -1,0 +1,101 @@
+"""Sampling as small pure functions (gpt-fast style) and a KV cache that reuses shared prompt prefixes.
+
+The token mask is applied between logits and probabilities (:func:`apply_mask`). Everything stays on
+the model's device; the only host transfer per step is the chosen token id (the FSM runs on the host).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def apply_mask(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Set disallowed logits to -inf in place. ``logits``: ``[vocab]``; ``allowed``: bool ``[vocab]``
+    on the same device (shorter masks leave the extra ids disallowed)."""
+    n = allowed.shape[0]
+    if logits.shape[0] > n:
+        logits[n:] = float("-inf")
+        logits[:n].masked_fill_(~allowed, float("-inf"))
+    else:
+        logits.masked_fill_(~allowed[: logits.shape[0]], float("-inf"))
+    return logits
+
+
+def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """``[vocab]`` logits -> ``[vocab]`` probabilities after temperature and nucleus (top-p) filtering."""
+    logits = logits.float() / max(temperature, 1e-5)
+    probs = torch.softmax(logits, dim=-1)
+    if 0.0 < top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        cum = torch.cumsum(sorted_probs, dim=-1)
+        drop = cum - sorted_probs > top_p  # keep the smallest set whose mass reaches top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+        probs = probs / probs.sum()
+    return probs
+
+
+def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """Pick the next token id (0-d tensor on the logits' device): greedy when ``temperature == 0``."""
+    if temperature <= 0:
+        return torch.argmax(logits)
+    probs = logits_to_probs(logits, temperature, top_p)
+    return torch.multinomial(probs, 1, generator=generator)[0]
+
+
+class KVCache:
+    """Holds the model's KV cache for the last sequence and reuses its longest shared prefix.
+
+    ``prefill(ids)`` returns the last position's logits ``[vocab]`` and how many tokens were reused.
+    """
+
+    def __init__(self, model, device):
+        self.model = model
+        self.device = device
+        self.cache = None
+        self.ids: list[int] = []
+
+    def reset(self) -> None:
+        self.cache = None
+        self.ids = []
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int]) -> tuple[torch.Tensor, int]:
+        reuse = 0
+        if self.cache is not None:
+            n = min(len(ids) - 1, len(self.ids))
+            while reuse < n and ids[reuse] == self.ids[reuse]:
+                reuse += 1
+            if reuse == 0:
+                self.reset()
+            else:
+                extra = self.cache.get_seq_length() - reuse
+                if extra > 0:
+                    self.cache.crop(-extra)  # transformers >= 5: a negative count removes tokens
+        if self.cache is None:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=self.model.config)
+            reuse = 0
+        new = torch.tensor([ids[reuse:]], dtype=torch.long, device=self.device)  # [1, new_tokens]
+        out = self.model(input_ids=new, cache=self.cache, use_cache=True)
+        self.cache = out.cache
+        self.ids = list(ids)
+        return out.logits[0, -1], reuse  # [vocab]
+
+    @torch.inference_mode()
+    def decode_one_token(self, token_id: torch.Tensor | int) -> torch.Tensor:
+        """Append one token (0-d tensor or int) and return the next logits ``[vocab]``."""
+        if isinstance(token_id, int):
+            inp = torch.tensor([[token_id]], dtype=torch.long, device=self.device)
+            self.ids.append(token_id)
+        else:
+            inp = token_id.view(1, 1)
+            self.ids.append(-1)  # filled in by note_token once the id is on the host
+        out = self.model(input_ids=inp, cache=self.cache, use_cache=True)
+        self.cache = out.cache
+        return out.logits[0, -1]
+
+    def note_token(self, token_id: int) -> None:
+        if self.ids and self.ids[-1] == -1:
+            self.ids[-1] = token_id

@@ -1,0 +1,123 @@
+"""Fill-in-the-middle prompt templates per model family, and prompt truncation to the model window.
+
+Templates (PSM order: prefix, suffix, then the middle is generated):
+
+============  =====================================================================  ==================
+family        layout                                                                  stop tokens
+============  =====================================================================  ==================
+starcoder     ``<fim_prefix>P<fim_suffix>S<fim_middle>`` (StarCoder/StarCoder2, and   ``<|endoftext|>``,
+              the embedded default model, trained with these tokens)                  ``<file_sep>``
+qwen          ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` (Qwen2.5-Coder)        ``<|endoftext|>``,
+                                                                                      ``<|fim_pad|>``,
+                                                                                      ``<|file_sep|>``
+deepseek      ``<｜fim▁begin｜>P<｜fim▁hole｜>S<｜fim▁end｜>`` (DeepSeek-Coder)        EOS
+codellama     ``<PRE> P <SUF>S <MID>`` (CodeLlama)                                     ``<EOT>``
+============  =====================================================================  ==================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ModelError
+
+
+@dataclass(frozen=True)
+class FimTemplate:
+    family: str
+    prefix_token: str
+    suffix_token: str
+    middle_token: str
+    stop_tokens: tuple[str, ...]
+    prefix_sep: str = ""  # text inserted after the prefix marker (CodeLlama: " ")
+    suffix_sep: str = ""  # text inserted before the suffix marker (CodeLlama: " ")
+
+
+TEMPLATES = {
+    "starcoder": FimTemplate("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
+                             ("<|endoftext|>", "<file_sep>", "<fim_pad>")),
+    "qwen": FimTemplate("qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+                        ("<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>")),
+    "deepseek": FimTemplate("deepseek", "<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>",
+                            ("<｜end▁of▁sentence｜>", "<|EOT|>")),
+    "codellama": FimTemplate("codellama", "▁<PRE>", "▁<SUF>", "▁<MID>", ("▁<EOT>", "<EOT>"), " ", " "),
+}
+
+
+def detect_template(vocab: dict[str, int], requested: str = "auto") -> FimTemplate:
+    """Pick the template from a setting or from the tokenizer's special tokens. Raises ModelError."""
+    if requested and requested != "auto":
+        if requested not in TEMPLATES:
+            raise ModelError(f"unknown FIM template {requested!r}; choose one of {', '.join(TEMPLATES)} or auto")
+        return TEMPLATES[requested]
+    for tpl in TEMPLATES.values():
+        if tpl.prefix_token in vocab and tpl.middle_token in vocab:
+            return tpl
+    if "<PRE>" in vocab and "<MID>" in vocab:
+        return FimTemplate("codellama", "<PRE>", "<SUF>", "<MID>", ("<EOT>",), " ", " ")
+    raise ModelError("the tokenizer has no fill-in-the-middle tokens (<fim_prefix>, <|fim_prefix|>, <｜fim▁begin｜>, "
+                     "<PRE>); use a FIM-trained code model or set fim_template explicitly")
+
+
+@dataclass
+class Prompt:
+    ids: list[int]  # full prompt token ids
+    prefix_chars: int  # characters of the prefix that made it into the prompt
+    suffix_chars: int
+
+
+class PromptBuilder:
+    """Builds FIM prompts within ``budget`` tokens, keeping the text nearest the cursor.
+
+    The prefix keeps about three quarters of the budget, the suffix the rest (unused share moves to
+    the other side). The prefix is cut at a line start so that typing does not shift the cut (which
+    keeps the KV-cache prefix reusable).
+    """
+
+    CHARS_PER_TOKEN_MAX = 8  # generous bound used to pre-cut long texts before tokenizing
+
+    def __init__(self, tokenizer, template: FimTemplate, budget: int):
+        self.tok = tokenizer
+        self.tpl = template
+        self.budget = budget
+        vocab = tokenizer.get_vocab()
+        try:
+            self.pre_id = vocab[template.prefix_token]
+            self.suf_id = vocab[template.suffix_token]
+            self.mid_id = vocab[template.middle_token]
+        except KeyError as exc:
+            raise ModelError(f"FIM template {template.family} does not match this tokenizer (missing {exc})") from exc
+        self.stop_ids = tuple(sorted({vocab[t] for t in template.stop_tokens if t in vocab}
+                                     | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())))
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False) if text else []
+
+    def build(self, prefix: str, suffix: str) -> Prompt:
+        """Prompt ids ``[PRE] prefix [SUF] suffix [MID]`` with both sides truncated to fit."""
+        room = max(16, self.budget - 3)
+        max_chars = room * self.CHARS_PER_TOKEN_MAX
+        if len(prefix) > max_chars:
+            cut = prefix.find("\n", len(prefix) - max_chars)
+            prefix = prefix[cut + 1:] if cut >= 0 else prefix[-max_chars:]
+        suffix = suffix[:max_chars]
+        p_ids = self._encode(self.tpl.prefix_sep + prefix) if self.tpl.prefix_sep else self._encode(prefix)
+        s_ids = self._encode(suffix)
+        s_room = max(room // 4, room - len(p_ids))
+        s_ids = s_ids[: min(len(s_ids), s_room)]
+        p_room = room - len(s_ids)
+        if len(p_ids) > p_room:
+            # drop whole lines from the start until it fits, so the cut is stable while typing
+            lines = prefix.split("\n")
+            lo = 0
+            while len(p_ids) > p_room and lo < len(lines) - 1:
+                drop = max(1, (len(lines) - lo) // 8)
+                lo = min(len(lines) - 1, lo + drop)
+                prefix = "\n".join(lines[lo:])
+                p_ids = self._encode(prefix)
+            p_ids = p_ids[-p_room:]
+        suffix_text_ids = s_ids
+        if self.tpl.suffix_sep:
+            suffix_text_ids = self._encode(self.tpl.suffix_sep)[:1] + s_ids
+        ids = [self.pre_id, *p_ids, self.suf_id, *suffix_text_ids, self.mid_id]
+        return Prompt(ids, len(prefix), len(suffix))

@@ -1,0 +1,121 @@
+"""Model loading: any Hugging Face causal LM checkpoint from a local directory, safetensors only.
+
+Nothing is fetched from a hub (``local_files_only``; ``HF_HUB_OFFLINE`` is set before transformers
+is imported). Pickle checkpoints (``*.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``) are refused: loading
+them can run arbitrary code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+@dataclass
+class LoadedModel:
+    model: object  # transformers PreTrainedModel, eval mode, on ``device``
+    tokenizer: object  # transformers PreTrainedTokenizerBase
+    device: object  # torch.device
+    dtype: object  # torch.dtype
+    name: str
+    max_positions: int  # the model window (tokens)
+    parameters: int
+
+
+def resolve_device(requested: str):
+    """``"auto"`` -> CUDA when available, else CPU. Raises ModelError if CUDA is requested but absent."""
+    import torch
+
+    req = (requested or "auto").lower()
+    if req == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if req.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ModelError(
+                f"device {requested!r} was requested but CUDA is not available in this Python "
+                "(torch.cuda.is_available() is False); set the device setting to \"cpu\" or \"auto\""
+            )
+        return torch.device(req)
+    if req == "cpu":
+        return torch.device("cpu")
+    raise ModelError(f"unknown device {requested!r}; use \"auto\", \"cpu\" or \"cuda[:N]\"")
+
+
+def resolve_dtype(requested: str, device):
+    import torch
+
+    req = (requested or "auto").lower()
+    if req == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if req not in table:
+        raise ModelError(f"unknown dtype {requested!r}; use auto, float32, bfloat16 or float16")
+    return table[req]
+
+
+def check_model_dir(path: Path) -> None:
+    """Raise ModelError with the fix when ``path`` is not a loadable safetensors HF checkpoint."""
+    if not path.exists():
+        raise ModelError(f"model directory {path} does not exist; pass --model DIR with a Hugging Face checkpoint "
+                         "(config.json, *.safetensors, tokenizer.json), or leave it empty for the embedded model")
+    if not path.is_dir():
+        raise ModelError(f"model path {path} is not a directory; pass the checkpoint's directory")
+    if not (path / "config.json").exists():
+        raise ModelError(f"model directory {path} has no config.json; pass --model DIR with a Hugging Face checkpoint")
+    weights = list(path.glob("*.safetensors"))
+    if not weights:
+        pickles = [p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
+        if pickles:
+            raise ModelError(
+                f"model directory {path} has only pickle weights ({', '.join(sorted(pickles))}); these can run code "
+                "when loaded and are refused. Convert them to safetensors (e.g. model.save_pretrained(dir, "
+                "safe_serialization=True) in a trusted environment)"
+            )
+        raise ModelError(f"model directory {path} has no *.safetensors weights")
+    if not any((path / name).exists() for name in TOKENIZER_FILES):
+        raise ModelError(f"model directory {path} has no tokenizer.json; pass --model DIR with a Hugging Face "
+                         "checkpoint that includes its tokenizer")
+
+
+def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: int = 0) -> LoadedModel:
+    """Load tokenizer and causal LM from ``path`` onto the resolved device. Raises ModelError."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    check_model_dir(path)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise ModelError(f"could not load the tokenizer from {path}: {exc}") from exc
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, use_safetensors=True, dtype=dt)
+    except Exception as exc:
+        raise ModelError(f"could not load the model weights from {path} (corrupt or incompatible safetensors?): "
+                         f"{type(exc).__name__}: {exc}") from exc
+    try:
+        model.to(dev)
+    except (RuntimeError, torch.OutOfMemoryError) as exc:
+        raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model or device \"cpu\"") from exc
+    model.eval()
+    n_params = sum(p.numel() for p in model.parameters())
+    if dev.type == "cpu":
+        # single-token decode of a small model is latency-bound: extra threads only add sync overhead
+        torch.set_num_threads(threads if threads > 0 else (1 if n_params < 50_000_000 else torch.get_num_threads()))
+    cfg = model.config
+    window = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048)
+    return LoadedModel(model=model, tokenizer=tokenizer, device=dev, dtype=dt, name=path.name, max_positions=window,
+                       parameters=n_params)

@@ -1,0 +1,110 @@
+"""Settings: one typed, fully defaulted, nested dataclass tree.
+
+snake_case in Python, camelCase on the wire (``initializationOptions`` and
+``workspace/didChangeConfiguration`` under the ``fsmComplete`` section). :func:`from_wire` never
+raises: invalid values fall back to their defaults and are reported in the returned problem list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "default-model"
+
+
+@dataclass
+class ModelSettings:
+    path: str = ""  # empty: the embedded default model
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU) | "float32" | "bfloat16" | "float16"
+    fim_template: str = "auto"  # "auto" | "starcoder" | "qwen" | "deepseek" | "codellama"
+    context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
+    threads: int = 0  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)
+
+
+@dataclass
+class GenerationSettings:
+    max_tokens: int = 48
+    max_tokens_multiline: int = 96
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 0.95
+    multiline: str = "auto"  # "auto" | "always" | "never"
+    seed: int = 0
+
+
+@dataclass
+class ConstraintSettings:
+    enabled: bool = True
+    validate: bool = True  # tree-sitter + compile() post-filter
+
+
+@dataclass
+class Settings:
+    model: ModelSettings = field(default_factory=ModelSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+    constraints: ConstraintSettings = field(default_factory=ConstraintSettings)
+    log_level: str = "info"
+
+    def model_dir(self) -> Path:
+        return Path(self.model.path).expanduser() if self.model.path else DEFAULT_MODEL_DIR
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def to_wire(obj=None) -> dict:
+    """Settings as a camelCase JSON-ready dict (defaults when ``obj`` is None)."""
+    obj = obj if obj is not None else Settings()
+    out = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        out[_camel(f.name)] = to_wire(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def from_wire(data, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """Parse camelCase (or snake_case) settings over ``base``; returns ``(settings, problems)``."""
+    settings = dataclasses.replace(base) if base is not None else Settings()
+    problems: list[str] = []
+    _merge(settings, data, "", problems)
+    return settings, problems
+
+
+def _merge(obj, data, path: str, problems: list[str]) -> None:
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        problems.append(f"{path or 'settings'}: expected an object, got {type(data).__name__}")
+        return
+    fields = {f.name: f for f in dataclasses.fields(obj)}
+    by_wire = {_camel(n): n for n in fields} | {n: n for n in fields}
+    for key, value in data.items():
+        name = by_wire.get(key)
+        where = f"{path}.{key}" if path else key
+        if name is None:
+            problems.append(f"{where}: unknown setting (ignored)")
+            continue
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            child = dataclasses.replace(current)
+            _merge(child, value, where, problems)
+            setattr(obj, name, child)
+        elif isinstance(current, bool):
+            if isinstance(value, bool):
+                setattr(obj, name, value)
+            else:
+                problems.append(f"{where}: expected true/false, got {value!r} (default kept)")
+        elif isinstance(current, (int, float)):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                setattr(obj, name, type(current)(value))
+            else:
+                problems.append(f"{where}: expected a non-negative number, got {value!r} (default kept)")
+        elif isinstance(current, str):
+            if isinstance(value, str):
+                setattr(obj, name, value)
+            else:
+                problems.append(f"{where}: expected a string, got {value!r} (default kept)")

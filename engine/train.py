@@ -1,0 +1,347 @@
+"""Train the default model: a byte-level BPE tokenizer and a small Llama decoder on the CPython
+standard library, with the fill-in-the-middle (FIM) objective.
+
+FIM follows Bavarian et al. 2022, "Efficient Training of Language Models to Fill in the Middle":
+with probability ``fim_rate`` a training window is split at two character positions into
+prefix/middle/suffix and laid out either as PSM (``<fim_prefix>`` prefix ``<fim_suffix>`` suffix
+``<fim_middle>`` middle ``<|endoftext|>``) or, with probability ``spm_rate``, as SPM
+(``<fim_prefix><fim_suffix>`` suffix ``<fim_middle>`` prefix middle ``<|endoftext|>``, the
+StarCoder variant). The special tokens are StarCoder's, so the default model uses the StarCoder FIM
+template at inference.
+
+The run is deterministic for a seed (data for step ``k`` comes from ``numpy.random.default_rng([seed,
+k])``) and resumable: ``work_dir/checkpoint.pt`` is written every ``save_every`` steps and picked up
+on restart. The loss log is ``work_dir/train_log.jsonl`` (one JSON object per logged step).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import os
+import sys
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>"]
+EOS, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD = SPECIAL_TOKENS
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of ``fsm-complete train``; every field has the default used for the shipped model."""
+
+    out_dir: str = str(Path(__file__).parent / "data" / "default-model")
+    work_dir: str = "runs/train"
+    corpus_dir: str = ""  # empty: the CPython standard library of the running interpreter
+    seed: int = 0
+    holdout_percent: int = 5
+    vocab_size: int = 8192
+    hidden_size: int = 256
+    intermediate_size: int = 688
+    num_layers: int = 6
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    seq_len: int = 512
+    batch_size: int = 16
+    steps: int = 1000
+    lr: float = 2e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 60
+    weight_decay: float = 0.1
+    fim_rate: float = 0.5
+    spm_rate: float = 0.5
+    log_every: int = 10
+    save_every: int = 50
+    eval_windows: int = 96
+    threads: int = 0  # 0: torch default
+    extra: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------
+# corpus
+
+
+def stdlib_dir() -> Path:
+    """The standard-library source directory of the running interpreter."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def corpus_files(root: Path) -> list[Path]:
+    """Every ``*.py`` file below ``root`` that is UTF-8 and parses with this Python, sorted.
+
+    ``site-packages`` is skipped (third-party code under other licences).
+    """
+    files = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if "site-packages" in rel or "dist-packages" in rel:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            ast.parse(text)
+        except (UnicodeDecodeError, SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+            continue
+        if text.strip():
+            files.append(path)
+    return files
+
+
+def is_held_out(rel_path: str, percent: int = 5) -> bool:
+    """Deterministic hold-out split: ``percent`` % of files by the SHA-1 of their relative path."""
+    return int(hashlib.sha1(rel_path.encode()).hexdigest(), 16) % 100 < percent
+
+
+def split_corpus(root: Path, percent: int = 5) -> tuple[list[Path], list[Path]]:
+    """``(train, held_out)`` file lists of :func:`corpus_files` under ``root``."""
+    train, held = [], []
+    for path in corpus_files(root):
+        (held if is_held_out(path.relative_to(root).as_posix(), percent) else train).append(path)
+    return train, held
+
+
+def held_out_files(root: Path | None = None, percent: int = 5) -> list[Path]:
+    """The evaluation files of the default model (the held-out 5 % of the standard library)."""
+    return split_corpus(root or stdlib_dir(), percent)[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, out_dir: Path):
+    """Train a byte-level BPE tokenizer and save it as a Hugging Face fast tokenizer in ``out_dir``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS,
+        bos_token=EOS,
+        unk_token=None,
+        pad_token=FIM_PAD,
+        additional_special_tokens=[FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX],
+        model_max_length=1024,
+        clean_up_tokenization_spaces=False,
+    )
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+# ----------------------------------------------------------------------------------------------
+# samples
+
+
+class SampleMaker:
+    """Turns corpus texts into training rows of ``seq_len + 1`` token ids (``-1`` = padding)."""
+
+    def __init__(self, tokenizer, texts: list[str], cfg: TrainConfig):
+        self.tok = tokenizer
+        self.texts = texts
+        self.cfg = cfg
+        lengths = np.array([len(t) for t in texts], dtype=np.float64)
+        self.weights = lengths / lengths.sum()
+        self.ids = {name: tokenizer.convert_tokens_to_ids(name) for name in SPECIAL_TOKENS}
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False) if text else []
+
+    def row(self, rng: np.random.Generator) -> list[int]:
+        cfg = self.cfg
+        text = self.texts[rng.choice(len(self.texts), p=self.weights)]
+        # start the window at a line start; ~3.2 characters per token on Python source
+        start = int(rng.integers(0, max(1, len(text) - 64)))
+        start = text.rfind("\n", 0, start) + 1
+        window = text[start : start + cfg.seq_len * 4]
+        budget = cfg.seq_len - 8
+        enc = self.tok(window, add_special_tokens=False, return_offsets_mapping=True)
+        if len(enc["input_ids"]) > budget:
+            window = window[: enc["offset_mapping"][budget - 1][1]]
+        at_eof = start + len(window) >= len(text)
+        if rng.random() >= cfg.fim_rate or len(window) < 3:
+            ids = self._encode(window) + ([self.ids[EOS]] if at_eof else [])
+        else:
+            i, j = sorted(int(x) for x in rng.integers(0, len(window) + 1, size=2))
+            prefix, middle, suffix = window[:i], window[i:j], window[j:]
+            p, m, s = self._encode(prefix), self._encode(middle), self._encode(suffix)
+            if rng.random() < cfg.spm_rate:
+                ids = [self.ids[FIM_PREFIX], self.ids[FIM_SUFFIX], *s, self.ids[FIM_MIDDLE], *p, *m]
+            else:
+                ids = [self.ids[FIM_PREFIX], *p, self.ids[FIM_SUFFIX], *s, self.ids[FIM_MIDDLE], *m]
+            ids.append(self.ids[EOS])
+        ids = ids[: cfg.seq_len + 1]
+        return ids + [-1] * (cfg.seq_len + 1 - len(ids))
+
+    def batch(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``[n, seq_len + 1]`` int64 token ids, ``-1`` marking padding."""
+        return np.array([self.row(rng) for _ in range(n)], dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------------
+# training
+
+
+def _lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def _loss(model, batch):
+    import torch
+    import torch.nn.functional as F
+
+    inputs = batch[:, :-1].clamp(min=0)
+    targets = batch[:, 1:].clone()
+    targets[targets < 0] = -100
+    logits = model(input_ids=inputs).logits  # [batch, seq, vocab]
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+
+
+def evaluate(model, maker: SampleMaker, cfg: TrainConfig) -> float:
+    """Mean next-token loss (nats/token) on ``cfg.eval_windows`` fixed held-out windows."""
+    import torch
+
+    rng = np.random.default_rng([cfg.seed, 999_999])
+    model.eval()
+    losses = []
+    with torch.no_grad():
+        for _ in range(0, cfg.eval_windows, cfg.batch_size):
+            batch = torch.from_numpy(maker.batch(rng, cfg.batch_size))
+            losses.append(float(_loss(model, batch)))
+    model.train()
+    return float(np.mean(losses))
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run (or resume) a training run; returns the figures written to ``out_dir/training.json``."""
+    import torch
+    from tqdm import tqdm
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    work, out = Path(cfg.work_dir), Path(cfg.out_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    root = Path(cfg.corpus_dir) if cfg.corpus_dir else stdlib_dir()
+    train_files, held_files = split_corpus(root, cfg.holdout_percent)
+    train_texts = [p.read_text(encoding="utf-8") for p in train_files]
+    held_texts = [p.read_text(encoding="utf-8") for p in held_files]
+    print(
+        f"corpus {root}: {len(train_files)} training files ({sum(map(len, train_texts)) / 1e6:.1f} M chars),"
+        f" {len(held_files)} held out",
+        file=sys.stderr,
+    )
+
+    tok_dir = work / "tokenizer"
+    if (tok_dir / "tokenizer.json").exists():
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(tok_dir)
+    else:
+        t0 = time.time()
+        tokenizer = train_tokenizer(train_texts, cfg.vocab_size, tok_dir)
+        print(f"tokenizer trained in {time.time() - t0:.0f} s", file=sys.stderr)
+
+    torch.manual_seed(cfg.seed)
+    mconf = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        max_position_embeddings=1024,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(mconf)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+    step, elapsed, tokens_seen = 0, 0.0, 0
+    ckpt = work / "checkpoint.pt"
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optim"])
+        step, elapsed, tokens_seen = state["step"], state["elapsed"], state["tokens"]
+        print(f"resumed from step {step}", file=sys.stderr)
+
+    maker = SampleMaker(tokenizer, train_texts, cfg)
+    held_maker = SampleMaker(tokenizer, held_texts, cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    log = (work / "train_log.jsonl").open("a")
+    bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", file=sys.stderr)
+    t_start = time.time() - elapsed
+    model.train()
+    while step < cfg.steps:
+        batch = torch.from_numpy(maker.batch(np.random.default_rng([cfg.seed, step]), cfg.batch_size))
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        loss = _loss(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens_seen += int((batch[:, 1:] >= 0).sum())
+        bar.update(1)
+        bar.set_postfix(loss=f"{float(loss):.3f}")
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            rec = {"step": step, "loss": round(float(loss), 4), "lr": _lr_at(step - 1, cfg),
+                   "tokens": tokens_seen, "elapsed_s": round(time.time() - t_start, 1)}
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if step % cfg.save_every == 0 or step == cfg.steps:
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
+                        "elapsed": time.time() - t_start, "tokens": tokens_seen, "config": asdict(cfg)}, tmp)
+            os.replace(tmp, ckpt)
+    bar.close()
+    train_seconds = time.time() - t_start
+    held_loss = evaluate(model, held_maker, cfg)
+    train_loss = evaluate(model, maker, cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(torch.float16).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    figures = {
+        "parameters": n_params,
+        "training_tokens": tokens_seen,
+        "training_seconds": round(train_seconds, 1),
+        "held_out_loss": round(held_loss, 4),
+        "train_loss": round(train_loss, 4),
+        "train_files": len(train_files),
+        "held_out_files": len(held_files),
+        "corpus": str(root),
+        "python": sys.version.split()[0],
+        "config": asdict(cfg),
+    }
+    (out / "training.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in figures.items() if k != "config"}), file=sys.stderr)
+    return figures

@@ -1,0 +1,133 @@
+"""tree-sitter (and CPython) as a pure post-filter of completions.
+
+:func:`validate` parses the enclosing top-level region of the edit with tree-sitter-python and
+reports ERROR/MISSING nodes that the completion introduced. tree-sitter accepts many indentation
+errors (inconsistent dedent, unexpected indent), so CPython's own compiler
+(``compile(..., "exec", ast.PyCF_ONLY_AST)``) on the same region is the final gate for indentation
+and structure whenever the region compiled without the completion.
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A problem the completion introduced. ``kind``: ``"tree-sitter"`` or ``"compile"``; ``line`` is
+    0-based within the region; ``message`` is human-readable."""
+
+    kind: str
+    line: int
+    message: str
+
+
+@lru_cache(maxsize=1)
+def _parser():
+    import tree_sitter_python
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_python.language()))
+
+
+def count_syntax_errors(source: str) -> tuple[int, int]:
+    """``(error nodes, missing nodes)`` in tree-sitter-python's parse of ``source``."""
+    tree = _parser().parse(source.encode("utf-8"))
+    root = tree.root_node
+    if not root.has_error:
+        return 0, 0
+    errors = missing = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "ERROR":
+            errors += 1
+        if node.is_missing:
+            missing += 1
+        if node.has_error:
+            stack.extend(node.children)
+    return errors, missing
+
+
+def compiles(source: str) -> bool:
+    """True when CPython compiles ``source`` to an AST (no code runs; warnings are silenced)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<completion>", "exec", ast.PyCF_ONLY_AST)
+        return True
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+
+
+_CONTINUATIONS = ("else", "elif", "except", "finally", "case")
+
+
+def _starts_statement(line: str) -> bool:
+    """A line at column 0 that begins a new top-level statement (heuristic, used to cut regions)."""
+    return bool(line) and line[0] not in " \t\r#)]}@" and not line.startswith(_CONTINUATIONS)
+
+
+def region(prefix: str, suffix: str) -> tuple[str, str]:
+    """The enclosing top-level region around the cursor, ``(region_prefix, region_suffix)``: from the
+    last top-level statement line at or before the cursor (with its decorators) to the next one after
+    the cursor's line."""
+    lines = prefix.split("\n")
+    start_line = 0
+    for i in range(len(lines) - 1, -1, -1):
+        if _starts_statement(lines[i]):
+            start_line = i
+            while start_line > 0 and lines[start_line - 1].startswith("@"):
+                start_line -= 1
+            break
+    start = sum(len(line) + 1 for line in lines[:start_line])
+    end = len(suffix)
+    pos = suffix.find("\n") + 1
+    while 0 < pos < len(suffix):
+        nl = suffix.find("\n", pos)
+        if _starts_statement(suffix[pos: nl if nl >= 0 else len(suffix)]):
+            end = pos
+            break
+        pos = nl + 1
+    return prefix[start:], suffix[:end]
+
+
+def validate(prefix: str, completion: str, suffix: str) -> list[Issue]:
+    """Issues that inserting ``completion`` between ``prefix`` and ``suffix`` introduces (empty = fine)."""
+    rp, rs = region(prefix, suffix)
+    before = rp + rs
+    after = rp + completion + rs
+    issues: list[Issue] = []
+    e0, m0 = count_syntax_errors(before)
+    e1, m1 = count_syntax_errors(after)
+    if e1 > e0 or m1 > m0:
+        issues.append(Issue("tree-sitter", rp.count("\n"), f"ERROR nodes {e0}->{e1}, MISSING nodes {m0}->{m1}"))
+    elif compiles(before) and not compiles(after):
+        issues.append(Issue("compile", rp.count("\n"), "the region no longer compiles"))
+    return issues
+
+
+def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str]:
+    """Longest ``k`` such that ``"".join(pieces[:k])`` introduces no issue; returns ``(k, verdict)``
+    with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0)."""
+    rp, rs = region(prefix, suffix)
+    e0, m0 = count_syntax_errors(rp + rs)
+    base_compiles = compiles(rp + rs)
+
+    def ok(text: str) -> bool:
+        e1, m1 = count_syntax_errors(rp + text + rs)
+        if e1 > e0 or m1 > m0:
+            return False
+        return not base_compiles or compiles(rp + text + rs)
+
+    full = "".join(pieces)
+    if ok(full):
+        return len(pieces), "ok"
+    for k in range(len(pieces) - 1, 0, -1):
+        text = "".join(pieces[:k])
+        if text.strip() and ok(text):
+            return k, "truncated"
+    return 0, "rejected"

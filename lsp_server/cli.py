@@ -1,0 +1,198 @@
+"""The ``fsm-complete`` command: ``serve``, ``complete`` and ``train``.
+
+stdout carries only results (the completion text, JSON, or the LSP protocol for ``serve``); logs
+and progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+
+def _settings(args):
+    from engine.settings import Settings
+
+    s = Settings()
+    if getattr(args, "model", None):
+        s.model.path = args.model
+    if getattr(args, "device", None):
+        s.model.device = args.device
+    if getattr(args, "dtype", None):
+        s.model.dtype = args.dtype
+    return s
+
+
+def parse_location(spec: str) -> tuple[str, int, int]:
+    """``FILE:LINE:COL`` (1-based line and column, as in compiler messages) -> ``(file, line, col)``.
+
+    Raises ValueError with the expected form.
+    """
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValueError(f"expected FILE:LINE:COL with 1-based numbers, got {spec!r}")
+    file, line, col = parts[0], int(parts[1]), int(parts[2])
+    if line < 1 or col < 1:
+        raise ValueError(f"LINE and COL are 1-based, got {line}:{col}")
+    return file, line, col
+
+
+def offset_of(text: str, line: int, col: int) -> int:
+    """Code-point offset of 1-based ``line``/``col`` in ``text``; clamped to the line's end and the
+    document's end (a column past the end of a line means the end of that line)."""
+    starts = [0]
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\r" and i + 1 < n and text[i + 1] == "\n":
+            i += 1
+        if ch in "\r\n":
+            starts.append(i + 1)
+        i += 1
+    if line > len(starts):
+        return n
+    start = starts[line - 1]
+    end = starts[line] if line < len(starts) else n
+    line_text = text[start:end].rstrip("\r\n")
+    return start + min(col - 1, len(line_text))
+
+
+def cmd_complete(args) -> int:
+    from engine.api import CompletionRequest
+    from engine.complete import Engine
+    from engine.errors import ModelError
+
+    try:
+        file, line, col = parse_location(args.location)
+    except ValueError as exc:
+        print(f"fsm-complete complete: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if file == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            data = Path(file).read_bytes()
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"fsm-complete complete: cannot read {file}: {exc}", file=sys.stderr)
+        return 2
+    offset = offset_of(text, line, col)
+    engine = Engine(_settings(args))
+    try:
+        engine.load()
+        req = CompletionRequest(prefix=text[:offset], suffix=text[offset:], constraints=not args.no_constraints,
+                                multiline=args.multiline, max_tokens=args.max_tokens, temperature=args.temperature,
+                                seed=args.seed)
+        result = engine.complete(req)
+    except ModelError as exc:
+        print(f"fsm-complete: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        engine.save_tables()
+    if args.json:
+        end = offset + result.replace_suffix
+        end_line = text.count("\n", 0, end) + 1
+        end_col = end - (max(text.rfind("\n", 0, end), text.rfind("\r", 0, end)) + 1) + 1
+        start_line = text.count("\n", 0, offset) + 1
+        start_col = offset - (max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1) + 1
+        item = {
+            "text": result.text,
+            "range": {"start": {"line": start_line, "column": start_col}, "end": {"line": end_line, "column": end_col}},
+            "constrained": not args.no_constraints,
+            "multiline": result.multiline,
+            "stop_reason": result.stop_reason,
+            "validation": result.validation,
+            "tokens": result.tokens,
+            "prompt_tokens": result.prompt_tokens,
+            "reused_tokens": result.reused_tokens,
+            "fuses": result.fuses,
+            "timings_ms": result.timings_ms,
+            "model": engine.model_name,
+            "trace": result.trace,
+        }
+        print(json.dumps(item, indent=2, ensure_ascii=False))
+    else:
+        sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from lsp_server.server import serve
+
+    tcp = None
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not host or not port.isdigit():
+            print(f"fsm-complete serve: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
+            return 2
+        tcp = (host, int(port))
+    return serve(_settings(args), tcp=tcp, log_file=args.log_file)
+
+
+def cmd_train(args) -> int:
+    from engine.train import TrainConfig, train
+
+    cfg = TrainConfig()
+    for name in ("work_dir", "out_dir", "corpus_dir", "seed", "steps", "batch_size", "threads"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(cfg, name, value)
+    train(cfg)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fsm-complete", description="FSM-constrained Python code completion")
+    p.add_argument("--log-level", default="warning", help="debug, info, warning, error (stderr)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def model_opts(sp):
+        sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
+        sp.add_argument("--device", help="auto, cpu, cuda, cuda:N")
+        sp.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+
+    sp = sub.add_parser("serve", help="run the language server (stdio by default)")
+    sp.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    sp.add_argument("--log-file", help="write logs here instead of stderr")
+    model_opts(sp)
+    sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("complete", help="print the completion at FILE:LINE:COL (1-based; FILE '-' = stdin)")
+    sp.add_argument("location", metavar="FILE:LINE:COL")
+    sp.add_argument("--json", action="store_true", help="print the item with its range, timings (ms) and trace")
+    sp.add_argument("--no-constraints", action="store_true", help="unconstrained baseline from the same model")
+    sp.add_argument("--max-tokens", type=int)
+    sp.add_argument("--temperature", type=float)
+    sp.add_argument("--seed", type=int, default=0)
+    ml = sp.add_mutually_exclusive_group()
+    ml.add_argument("--multiline", dest="multiline", action="store_true", default=None)
+    ml.add_argument("--single-line", dest="multiline", action="store_false")
+    model_opts(sp)
+    sp.set_defaults(func=cmd_complete)
+
+    sp = sub.add_parser("train", help="train the default model (resumable; log in WORK_DIR/train_log.jsonl)")
+    sp.add_argument("--work-dir", dest="work_dir")
+    sp.add_argument("--out", dest="out_dir", help="where the finished checkpoint goes (default: the package's model)")
+    sp.add_argument("--corpus", dest="corpus_dir", help="directory of .py files (default: this Python's stdlib)")
+    sp.add_argument("--seed", type=int)
+    sp.add_argument("--steps", type=int)
+    sp.add_argument("--batch-size", dest="batch_size", type=int)
+    sp.add_argument("--threads", type=int)
+    sp.set_defaults(func=cmd_train)
+
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
