@@ -149,6 +149,7 @@ class Engine:
         self.kv = KVCache(lm.model, lm.device)
         self.model_name = lm.name
         self._starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in vocab.tokens], dtype=bool)
+        self._starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in vocab.tokens], dtype=bool)
         self.load_error = None
         report("ready", 100)
 
@@ -220,7 +221,14 @@ class Engine:
             generator.manual_seed(req.seed or s.generation.seed)
 
         cursor_line = prefix[prefix.rfind("\n") + 1 :]
-        first_after_ws = bool(cursor_line) and not cursor_line.strip(" \t")
+        # first-token policy on a whitespace-only cursor line: the indentation is typed already (no
+        # duplicated leading whitespace), and a block body starts with a statement, not a blank line
+        first_block = None
+        if constrained and not cursor_line.strip(" \t"):
+            first_block = self._starts_nl.copy() if multiline else np.zeros_like(self._starts_nl)
+            if cursor_line:
+                first_block |= self._starts_ws
+            first_block = self._to_device(first_block)
         tokens = self.index.vocab.tokens
         stop_ids = set(self.builder.stop_ids) | set(self.index.vocab.eos_ids)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -235,8 +243,8 @@ class Engine:
             if guide is not None:
                 tm = time.perf_counter()
                 mask = self._device_mask(guide)
-                if step == 0 and first_after_ws:
-                    mask = mask & ~self._starts_ws_dev()
+                if step == 0 and first_block is not None:
+                    mask = mask & ~first_block
                 raw_top = torch.argmax(logits)
                 logits = apply_mask(logits.clone(), mask)
                 entry["mask_us"] = round((time.perf_counter() - tm) * 1e6, 1)
@@ -325,9 +333,7 @@ class Engine:
         key = guide.state.key()
         mask = self._device_masks.get(key)
         if mask is None:
-            mask = torch.from_numpy(guide.allowed_mask())
-            if self.lm.device.type != "cpu":
-                mask = mask.to(self.lm.device)
+            mask = self._to_device(guide.allowed_mask())
             self._device_masks[key] = mask
             if len(self._device_masks) > 4096:
                 self._device_masks.popitem(last=False)
@@ -335,9 +341,8 @@ class Engine:
             self._device_masks.move_to_end(key)
         return mask
 
-    def _starts_ws_dev(self):
+    def _to_device(self, array: np.ndarray):
         import torch
 
-        if not hasattr(self, "_starts_ws_t"):
-            self._starts_ws_t = torch.from_numpy(self._starts_ws).to(self.lm.device)
-        return self._starts_ws_t
+        tensor = torch.from_numpy(array)
+        return tensor if self.lm.device.type == "cpu" else tensor.to(self.lm.device)

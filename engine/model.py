@@ -91,8 +91,11 @@ def check_model_dir(path: Path) -> None:
 def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: int = 0) -> LoadedModel:
     """Load tokenizer and causal LM from ``path`` onto the resolved device. Raises ModelError."""
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
     path = Path(path)
     check_model_dir(path)
     dev = resolve_device(device)

@@ -21,6 +21,8 @@ requirement in ``reqs`` (a pop below the known top, one indentation check) or ra
 
 from __future__ import annotations
 
+import re
+
 # modes
 CODE, NAME, DOT, NUM_INT, NUM_US, NUM_ZERO, NUM_ZERO_US, NUM_ZD, NUM_PFX, NUM_PFX_D, NUM_PFX_US = range(11)
 NUM_FRAC, NUM_FRAC_D, NUM_FRAC_US, NUM_EXP, NUM_EXP_SIGN, NUM_EXP_D, NUM_EXP_US, NUM_END = range(11, 19)
@@ -161,10 +163,38 @@ class Lex:
     # ------------------------------------------------------------------------------------------
     # feeding
 
+    def _run_end(self, data, i: int, as_bytes: bool) -> int:
+        """End of the run starting at ``i`` that cannot change the state (the rest of a name, a
+        comment's text, a string's plain characters); ``i`` when there is none. Only a speed-up."""
+        if self.cr or self.pend:
+            return i
+        m = self.mode
+        if m == NAME:
+            if self.sp is not None:
+                return i
+            pat = _IDENT_RUN_B if as_bytes else _IDENT_RUN_S
+        elif m == COMMENT:
+            pat = _COMMENT_RUN_B if as_bytes else _COMMENT_RUN_S
+        elif m == STR and not self.esc:
+            pat = _string_run(self.q, self.fs, self.byt, as_bytes)
+        else:
+            return i
+        end = pat.match(data, i).end()
+        if end > i and m == STR:
+            self.qn = 0
+        return end
+
     def feed_bytes(self, data: bytes) -> None:
         """Consume UTF-8 bytes (possibly an incomplete character at either end). Raises :class:`Reject`."""
-        pend = self.pend
-        for b in data:
+        i, n = 0, len(data)
+        while i < n:
+            j = self._run_end(data, i, True)
+            if j > i:
+                i = j
+                continue
+            b = data[i]
+            i += 1
+            pend = self.pend
             if pend:
                 if b & 0xC0 != 0x80:
                     raise Reject("invalid UTF-8")
@@ -175,7 +205,6 @@ class Lex:
                         ch = pend.decode("utf-8")
                     except UnicodeDecodeError:
                         raise Reject("invalid UTF-8") from None
-                    pend = b""
                     self.pend = b""
                     self.feed_char(ch)
                 else:
@@ -184,16 +213,25 @@ class Lex:
                 self.feed_char(chr(b))
             elif 0xC2 <= b <= 0xF4:
                 self._check_non_ascii_allowed()
-                pend = bytes((b,))
-                self.pend = pend
+                self.pend = bytes((b,))
             else:
                 raise Reject("invalid UTF-8")
 
     def feed_text(self, text: str) -> None:
+        """Consume text. Raises :class:`Reject` (with the offending offset in ``args[1]``)."""
         if self.pend:
-            raise Reject("incomplete UTF-8 character before text")
-        for ch in text:
-            self.feed_char(ch)
+            raise Reject("incomplete UTF-8 character before text", 0)
+        i, n = 0, len(text)
+        while i < n:
+            j = self._run_end(text, i, False)
+            if j > i:
+                i = j
+                continue
+            try:
+                self.feed_char(text[i])
+            except Reject as exc:
+                raise Reject(exc.args[0] if exc.args else "invalid", i) from None
+            i += 1
 
     def _check_non_ascii_allowed(self) -> None:
         m = self.mode
@@ -706,6 +744,26 @@ class Lex:
                 return
         if self.byt and ch >= "\x80":
             raise Reject("bytes can only contain ASCII literal characters")
+
+_IDENT_RUN_B = re.compile(rb"[A-Za-z0-9_]*")
+_IDENT_RUN_S = re.compile(r"[A-Za-z0-9_]*")
+_COMMENT_RUN_B = re.compile(rb"[\x01-\x09\x0b\x0c\x0e-\x7f]*")
+_COMMENT_RUN_S = re.compile(r"[^\x00\n\r]*")
+_STRING_RUNS: dict = {}
+
+
+def _string_run(q: str, fs: bool, byt: bool, as_bytes: bool):
+    key = (q, fs, byt, as_bytes)
+    pat = _STRING_RUNS.get(key)
+    if pat is None:
+        stop = "\\\\\\n\\r\\x00" + re.escape(q) + ("{}" if fs else "")
+        if as_bytes:
+            pat = re.compile(("[^" + stop + "\\x80-\\xff]*").encode("latin-1"))
+        else:
+            pat = re.compile("[^" + stop + ("\\x80-\\U0010ffff" if byt else "") + "]*")
+        _STRING_RUNS[key] = pat
+    return pat
+
 
 def lex_text(text: str, style: str | None = None, start: Lex | None = None) -> Lex:
     """Run the automaton over ``text`` (from a fresh file start unless ``start``). Raises :class:`Reject`."""

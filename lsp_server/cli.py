@@ -1,4 +1,4 @@
-"""The ``fsm-complete`` command: ``serve``, ``complete`` and ``train``.
+"""The ``fsm-complete`` command: ``serve``, ``complete``, ``train`` and ``bench``.
 
 stdout carries only results (the completion text, JSON, or the LSP protocol for ``serve``); logs
 and progress go to stderr.
@@ -145,6 +145,26 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from engine import bench
+
+    if args.tokenizer == "qwen":
+        from engine.bench_vocab import run_qwen
+
+        report = run_qwen(args)
+    else:
+        timer = None
+        if args.lsp:
+            from lsp_server.bench_client import lsp_latencies
+
+            def timer(tasks, constrained):
+                return lsp_latencies(tasks, constrained=constrained, model=args.model)
+
+        report = bench.run_bench(args, lsp_timer=timer)
+    bench.print_summary(report)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fsm-complete", description="FSM-constrained Python code completion")
     p.add_argument("--log-level", default="warning", help="debug, info, warning, error (stderr)")
@@ -184,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--threads", type=int)
     sp.set_defaults(func=cmd_train)
 
+    from engine.bench import add_bench_parser
+
+    add_bench_parser(sub).set_defaults(func=cmd_bench)
     return p
 
 

@@ -126,3 +126,14 @@ def test_non_ascii_outside_identifiers_is_rejected_once_complete():
     st.feed_bytes("€".encode()[:1])  # could still become an identifier character
     with pytest.raises(Reject):
         st.feed_bytes("€".encode()[1:])
+
+
+@pytest.mark.parametrize("src", ACCEPT)
+def test_fast_runs_equal_char_by_char(src):
+    slow = Lex()
+    for ch in src:
+        slow.feed_char(ch)
+    fast_text = lex_text(src)
+    fast_bytes = Lex()
+    fast_bytes.feed_bytes(src.encode("utf-8"))
+    assert slow.key() == fast_text.key() == fast_bytes.key()

@@ -1,0 +1,357 @@
+"""``fsm-complete bench``: validity and speed, constrained vs unconstrained, on real code.
+
+Tasks are sampled deterministically (``--seed``) from real files (default: the held-out standard
+library files of the default model; ``--corpus DIR`` for any directory). Kinds:
+
+* ``line``  — cursor at a random point inside a line of code; target = the rest of the line;
+* ``args``  — cursor right after the ``(`` of a single-line call; target = its argument list;
+* ``block`` — cursor after the indentation of the first line of a block body; target = the body.
+
+Each task's document is the real file with the target removed; the completion is inserted where
+the target was. Every task runs twice with the same model, prompt and seed: constrained and
+unconstrained. ``syntax_valid`` counts the tasks (whose original file parses) whose completed
+document parses with CPython's ``ast``. Latencies are engine end to end (prompt building to
+validated text), in ms. ``--tokenizer qwen`` measures the FSM alone on Qwen2.5-Coder's 151k-token
+vocabulary (table build, cache load, per-token mask time while replaying files).
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+KINDS = ("line", "args", "block")
+
+
+@dataclass
+class Task:
+    kind: str
+    path: str
+    prefix: str
+    target: str
+    suffix: str
+    parses: bool
+
+
+# ------------------------------------------------------------------------------------------------
+# task sampling
+
+
+def _utf8_col_to_index(line: str, col: int) -> int:
+    return len(line.encode("utf-8")[:col].decode("utf-8", "ignore"))
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            starts.append(i + 1)
+    return starts
+
+
+def spans_for_file(text: str, rng: random.Random) -> dict[str, list[tuple[int, int]]]:
+    """Candidate target spans ``(start, end)`` (code-point offsets) of each kind in one file's text;
+    empty when the file does not parse."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {k: [] for k in KINDS}
+    lines = text.split("\n")
+    starts = _line_starts(text)
+    out: dict[str, list[tuple[int, int]]] = {k: [] for k in KINDS}
+    string_lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)) and node.end_lineno > node.lineno:
+            string_lines.update(range(node.lineno, node.end_lineno + 1))
+    for i, line in enumerate(lines):  # line: from a random column to the end of the line
+        code = line.strip()
+        if not code or code.startswith("#") or (i + 1) in string_lines or len(code) < 4:
+            continue
+        indent = len(line) - len(line.lstrip())
+        if len(line) - 1 > indent + 1:
+            col = rng.randint(indent + 1, len(line) - 1)
+            out["line"].append((starts[i] + col, starts[i] + len(line)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.lineno == node.end_lineno and (node.args or node.keywords):
+            line = lines[node.lineno - 1]  # args: between the call's parentheses
+            fend = _utf8_col_to_index(line, node.func.end_col_offset)
+            cend = _utf8_col_to_index(line, node.end_col_offset)
+            if node.func.end_lineno == node.lineno and fend < len(line) and line[fend] == "(" and line[cend - 1] == ")":
+                if line[fend + 1 : cend - 1].strip():
+                    out["args"].append((starts[node.lineno - 1] + fend + 1, starts[node.lineno - 1] + cend - 1))
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While, ast.If, ast.With, ast.Try)) \
+                and isinstance(body, list) and body:
+            first, last = body[0], body[-1]  # block: a body of at most 8 lines, after its indentation
+            if first.lineno <= node.lineno or last.end_lineno - first.lineno > 7:
+                continue
+            if not lines[first.lineno - 2].rstrip().endswith(":"):
+                continue
+            line = lines[first.lineno - 1]
+            indent = len(line) - len(line.lstrip())
+            out["block"].append((starts[first.lineno - 1] + indent,
+                                 starts[last.end_lineno - 1] + len(lines[last.end_lineno - 1])))
+    return out
+
+
+def sample_tasks(files: list[Path], n: int, seed: int, kinds=KINDS) -> list[Task]:
+    """``n`` tasks, kinds in equal shares, deterministic for ``seed``."""
+    rng = random.Random(seed)
+    pools: dict[str, list[tuple[int, int, int]]] = {k: [] for k in kinds}
+    texts: list[str] = []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        texts.append(text)
+        for k, spans in spans_for_file(text, rng).items():
+            if k in pools:
+                pools[k].extend((len(texts) - 1, a, b) for a, b in spans)
+    tasks: list[Task] = []
+    for i, k in enumerate(kinds):
+        share = n // len(kinds) + (1 if i < n % len(kinds) else 0)
+        for f, a, b in rng.sample(pools[k], min(share, len(pools[k]))):
+            text = texts[f]
+            tasks.append(Task(k, str(files[f]), text[:a], text[a:b], text[b:], True))
+    return tasks
+
+
+# ------------------------------------------------------------------------------------------------
+# metrics
+
+
+def edit_similarity(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def _pct(values, q) -> float:
+    return round(float(np.percentile(values, q)), 3) if len(values) else float("nan")
+
+
+def summarize(rows: list[dict]) -> dict:
+    def block(sub: list[dict]) -> dict:
+        valid_base = [r for r in sub if r["parses"]]
+        masks = [us for r in sub for us in r["mask_us"]]
+        tokens = sum(r["tokens"] for r in sub)
+        decode_s = sum(r["decode_ms"] for r in sub) / 1e3
+        return {
+            "n": len(sub),
+            "syntax_valid": round(sum(r["valid"] for r in valid_base) / max(1, len(valid_base)), 4),
+            "exact_match": round(sum(r["exact"] for r in sub) / max(1, len(sub)), 4),
+            "edit_similarity": round(float(np.mean([r["similarity"] for r in sub])) if sub else 0.0, 4),
+            "empty": round(sum(r["empty"] for r in sub) / max(1, len(sub)), 4),
+            "fuses": int(sum(r["fuses"] for r in sub)),
+            "mask_us_p50": _pct(masks, 50),
+            "mask_us_p95": _pct(masks, 95),
+            "tokens_per_s": round(tokens / decode_s, 2) if decode_s else 0.0,
+            "latency_ms_p50": _pct([r["latency_ms"] for r in sub], 50),
+            "latency_ms_p95": _pct([r["latency_ms"] for r in sub], 95),
+            "warm_latency_ms_p50": _pct([r["warm_ms"] for r in sub if r.get("warm_ms") is not None], 50),
+        }
+
+    out = block(rows)
+    out["by_kind"] = {k: block([r for r in rows if r["kind"] == k]) for k in KINDS if any(r["kind"] == k for r in rows)}
+    return out
+
+
+def run_task(engine, task: Task, constrained: bool, seed: int, warm: bool) -> dict:
+    from .api import CompletionRequest
+
+    res = engine.complete(CompletionRequest(prefix=task.prefix, suffix=task.suffix, constraints=constrained, seed=seed))
+    doc = task.prefix + res.text + task.suffix[res.replace_suffix :]
+    row = {
+        "kind": task.kind,
+        "path": task.path,
+        "parses": task.parses,
+        "valid": parses(doc) if task.parses else False,
+        "exact": res.text.strip() == task.target.strip() and bool(task.target.strip()),
+        "similarity": edit_similarity(res.text.strip(), task.target.strip()),
+        "empty": not res.text.strip(),
+        "fuses": res.fuses,
+        "mask_us": [t["mask_us"] for t in res.trace if "mask_us" in t],
+        "tokens": res.tokens,
+        "decode_ms": res.timings_ms.get("decode", 0.0),
+        "latency_ms": res.timings_ms.get("total", 0.0),
+        "text": res.text,
+        "target": task.target,
+    }
+    if warm and task.target:
+        t0 = time.perf_counter()
+        engine.complete(CompletionRequest(prefix=task.prefix + task.target[0], suffix=task.suffix,
+                                          constraints=constrained, seed=seed))
+        row["warm_ms"] = (time.perf_counter() - t0) * 1e3
+    return row
+
+
+def peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# report
+
+
+def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    with (out / "tasks.jsonl").open("w") as f:
+        for mode, rs in rows.items():
+            for r in rs:
+                f.write(json.dumps({"mode": mode, **{k: v for k, v in r.items() if k != "mask_us"}}) + "\n")
+    c, u = report["constrained"], report["unconstrained"]
+    lines = [
+        "# fsm-complete benchmark",
+        "",
+        f"model `{report['model']}`, vocabulary {report['vocab_size']}, device {report['device']}, "
+        f"{report['tasks']} tasks, seed {report['seed']}",
+        "",
+        "| metric | constrained | unconstrained |",
+        "|---|---|---|",
+    ]
+    for key in ("syntax_valid", "exact_match", "edit_similarity", "empty", "fuses", "mask_us_p50", "mask_us_p95",
+                "tokens_per_s", "latency_ms_p50", "latency_ms_p95", "warm_latency_ms_p50", "peak_rss_mb"):
+        lines.append(f"| {key} | {c.get(key)} | {u.get(key)} |")
+    for key in ("lsp_latency_ms_p50", "lsp_latency_ms_p95"):
+        if key in c:
+            lines.append(f"| {key} | {c.get(key)} | {u.get(key)} |")
+    lines += ["", f"throughput_ratio (constrained / unconstrained tokens/s): **{report['throughput_ratio']}**", "",
+              "| kind | n | valid (c) | valid (u) | exact (c) | exact (u) |", "|---|---|---|---|---|---|"]
+    for k in c["by_kind"]:
+        ck, uk = c["by_kind"][k], u["by_kind"][k]
+        lines.append(f"| {k} | {ck['n']} | {ck['syntax_valid']} | {uk['syntax_valid']} | {ck['exact_match']} | "
+                     f"{uk['exact_match']} |")
+    lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", ""]
+    (out / "report.md").write_text("\n".join(lines))
+    _plots(report, rows, out)
+
+
+def _plots(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode, rs in rows.items():
+        ax.hist([r["latency_ms"] for r in rs], bins=30, alpha=0.6, label=mode)
+    ax.set_xlabel("latency (ms, engine end to end)")
+    ax.set_ylabel("tasks")
+    ax.set_title("Completion latency")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "latency.png", dpi=110)
+    plt.close(fig)
+
+    kinds = list(report["constrained"]["by_kind"])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 4))
+    width = 0.38
+    x = np.arange(len(kinds))
+    for ax, metric in zip(axes, ("syntax_valid", "exact_match")):
+        for j, mode in enumerate(("constrained", "unconstrained")):
+            vals = [report[mode]["by_kind"][k][metric] for k in kinds]
+            ax.bar(x + (j - 0.5) * width, vals, width, label=mode)
+        ax.set_xticks(x, kinds)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(metric)
+    axes[0].legend(loc="lower left")
+    fig.tight_layout()
+    fig.savefig(out / "validity.png", dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------------
+# command
+
+
+def corpus(args) -> list[Path]:
+    from .train import corpus_files, held_out_files
+
+    if args.corpus:
+        return corpus_files(Path(args.corpus))
+    return held_out_files()
+
+
+def run_bench(args, lsp_timer=None) -> dict:
+    """Run the benchmark and write the report. ``lsp_timer(tasks, constrained) -> [ms]`` (optional)
+    times the same tasks through a real server process (provided by the LSP layer)."""
+    from tqdm import tqdm
+
+    from .api import CompletionRequest
+    from .complete import Engine
+    from .settings import Settings
+
+    settings = Settings()
+    if args.model:
+        settings.model.path = args.model
+    if args.device:
+        settings.model.device = args.device
+    engine = Engine(settings)
+    engine.load()
+    tasks = sample_tasks(corpus(args), args.tasks, args.seed)
+    rows: dict[str, list[dict]] = {"constrained": [], "unconstrained": []}
+    # warm-up request (first-call allocations) kept out of the figures
+    engine.complete(CompletionRequest(prefix="x = ", suffix=""))
+    for i, task in enumerate(tqdm(tasks, desc="bench", unit="task", file=sys.stderr)):
+        for mode in ("constrained", "unconstrained"):
+            rows[mode].append(run_task(engine, task, mode == "constrained", args.seed + i, warm=True))
+    engine.save_tables()
+    report = {
+        "tasks": len(tasks),
+        "model": engine.model_name,
+        "vocab_size": engine.index.size,
+        "device": str(engine.lm.device),
+        "seed": args.seed,
+        "corpus": args.corpus or "held-out standard library",
+        "constrained": summarize(rows["constrained"]),
+        "unconstrained": summarize(rows["unconstrained"]),
+    }
+    rss = peak_rss_mb()
+    report["constrained"]["peak_rss_mb"] = rss
+    report["unconstrained"]["peak_rss_mb"] = rss
+    u_tps = report["unconstrained"]["tokens_per_s"]
+    report["throughput_ratio"] = round(report["constrained"]["tokens_per_s"] / u_tps, 4) if u_tps else 0.0
+    if lsp_timer is not None:
+        for mode in ("constrained", "unconstrained"):
+            lat = lsp_timer(tasks, mode == "constrained")
+            report[mode]["lsp_latency_ms_p50"] = _pct(lat, 50)
+            report[mode]["lsp_latency_ms_p95"] = _pct(lat, 95)
+    write_report(report, rows, Path(args.out))
+    return report
+
+
+def add_bench_parser(sub):
+    sp = sub.add_parser("bench", help="measure validity and speed, constrained vs unconstrained")
+    sp.add_argument("--tasks", type=int, default=200)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", default="bench-out")
+    sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files)")
+    sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
+    sp.add_argument("--device", help="auto, cpu, cuda")
+    sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
+    sp.add_argument("--tokenizer", choices=["default", "qwen"], default="default",
+                    help="qwen: FSM-only measurement on Qwen2.5-Coder's 151k vocabulary")
+    return sp
+
+
+
+def print_summary(report: dict) -> None:
+    print(json.dumps({k: v for k, v in report.items() if not isinstance(v, dict)} | {
+        "constrained": {k: v for k, v in report.get("constrained", {}).items() if k != "by_kind"}}, indent=2))

@@ -1,0 +1,136 @@
+"""The completion pipeline on the real embedded model: validity, policies, KV reuse, cancellation."""
+
+from __future__ import annotations
+
+import ast
+import threading
+
+import pytest
+
+from engine.api import CompletionRequest
+from engine.complete import dominant_eol, multiline_cut, strip_suffix_overlap, wants_multiline
+from engine.validate import count_syntax_errors
+
+BUFFERS = [
+    ("import os\n\n\ndef read(path):\n    with open(path) as f:\n        return f.", "\n"),
+    ("def add(a, b):\n    return ", "\n"),
+    ("values = [1, 2, 3]\nfor i in ", "\n"),
+    ("class Point:\n    def __init__(self, x, y):\n        self.x = ", "\n"),
+    ("import sys\n\nif __name__ == ", "\n"),
+    ("def f(xs):\n    total = 0\n    for x in xs:\n", "\n    return total\n"),
+    ("import numpy\nx = numpy.array(", ")\n"),
+    ("try:\n    import json\nexcept ImportError:\n", ""),
+    ("s = 'hello'\nprint(s.", ")\n"),
+    ("data = {'a': 1}\nfor key, value in data.", "\n"),
+]
+
+
+def apply(prefix: str, suffix: str, result) -> str:
+    return prefix + result.text + suffix[result.replace_suffix :]
+
+
+@pytest.mark.parametrize("prefix,suffix", BUFFERS)
+def test_constrained_completions_keep_the_buffer_parsing(engine, prefix, suffix):
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    assert result.validation in ("ok", "truncated", "rejected", "skipped")
+    after = apply(prefix, suffix, result)
+    before_errors = count_syntax_errors(prefix + suffix)
+    after_errors = count_syntax_errors(after)
+    assert after_errors[0] <= before_errors[0] and after_errors[1] <= before_errors[1], (result.text, after)
+    try:
+        ast.parse(prefix + suffix)
+    except SyntaxError:
+        return
+    ast.parse(after)  # the buffer parsed before: it still parses with the completion
+
+
+def test_single_line_policy_mid_line(engine):
+    result = engine.complete(CompletionRequest(prefix="x = foo(", suffix=")\n"))
+    assert not result.multiline and "\n" not in result.text
+
+
+def test_multiline_after_block_opener(engine):
+    prefix = "def area(w, h):\n    "
+    assert wants_multiline(prefix, "\n", "auto")
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix="\n"))
+    assert result.multiline and not result.text.startswith(("\n", " ", "\t"))
+    if result.text.strip():
+        ast.parse(apply(prefix, "\n", result))
+
+
+def test_trace_and_timings(engine):
+    result = engine.complete(CompletionRequest(prefix="import os\nos.path.", suffix="\n", max_tokens=6))
+    assert set(result.timings_ms) == {"prompt", "prefill", "decode", "validate", "total"}
+    assert len(result.trace) == result.tokens <= 6
+    assert all("mask_us" in step and "id" in step for step in result.trace)
+
+
+def test_unconstrained_baseline_has_no_masks(engine):
+    result = engine.complete(CompletionRequest(prefix="import os\nos.path.", suffix="\n", constraints=False, max_tokens=4))
+    assert all("mask_us" not in step for step in result.trace)
+
+
+def test_kv_prefix_is_reused_when_typing(engine):
+    prefix = "import os\n\n\ndef main():\n    path = os.path.join('a', 'b')\n    print(pa"
+    engine.complete(CompletionRequest(prefix=prefix, suffix=")\n", max_tokens=4))
+    second = engine.complete(CompletionRequest(prefix=prefix + "t", suffix=")\n", max_tokens=4))
+    assert second.reused_tokens > second.prompt_tokens // 2
+
+
+def test_cancel_stops_decoding(engine):
+    cancel = threading.Event()
+    cancel.set()
+    result = engine.complete(CompletionRequest(prefix="def f():\n    ", suffix="", cancel=cancel, max_tokens=64))
+    assert result.cancelled and result.tokens == 0 and result.text == ""
+
+
+def test_streaming_callback_sees_every_token(engine):
+    pieces = []
+    result = engine.complete(CompletionRequest(prefix="x = [1, 2, ", suffix="]\n", on_token=pieces.append, max_tokens=8))
+    assert len(pieces) == result.tokens
+
+
+def test_crlf_documents_get_crlf_completions(engine):
+    prefix = "import os\r\ndef f():\r\n"
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix="", multiline=True, max_tokens=24))
+    assert "\r\r" not in result.text
+    assert result.text.replace("\r\n", "").count("\n") == 0 and result.text.replace("\r\n", "").count("\r") == 0
+
+
+def test_completion_inside_a_string_does_not_duplicate_the_suffix(engine):
+    result = engine.complete(CompletionRequest(prefix='label = "Not ', suffix='qual"\n'))
+    assert not result.text.endswith("qual") or result.text == ""
+    assert "\n" not in result.text
+
+
+# -- pure policy helpers --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "prefix,suffix,want",
+    [
+        ("if x:\n    ", "\n", True),
+        ("if x:  # why\n", "", True),
+        ("x = 1\n", "", False),
+        ("def f(", ")", False),
+        ("if x:\n    y", "\n", False),
+        ("for a in b:\n    ", "\n    if a:\n", True),
+    ],
+)
+def test_multiline_policy(prefix, suffix, want):
+    assert wants_multiline(prefix, suffix, "auto") is want
+
+
+def test_multiline_cut_stops_at_dedent():
+    assert multiline_cut("    ", "x = 1\n    y = 2\nz = 3") == len("x = 1\n    y = 2")
+    assert multiline_cut("    ", "x = 1\n    y") is None
+
+
+@pytest.mark.parametrize("text,suffix,want", [("equal", 'qual"', "e"), ("a)", ")\n", "a"), ("abc", "xyz", "abc")])
+def test_suffix_overlap(text, suffix, want):
+    assert strip_suffix_overlap(text, suffix) == want
+
+
+@pytest.mark.parametrize("text,eol", [("a\nb\n", "\n"), ("a\r\nb\r\n", "\r\n"), ("a\rb\r", "\r"), ("x", "\n")])
+def test_dominant_eol(text, eol):
+    assert dominant_eol(text) == eol
