@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -73,7 +74,8 @@ class TokenIndex:
     def __init__(self, vocab: Vocabulary, cache_dir: Path | None = None):
         self.vocab = vocab
         self.size = vocab.size
-        self._items = [(i, t) for i, t in enumerate(vocab.tokens) if t]
+        self._classes, self._items = _word_classes(vocab.tokens)
+        self._all_items = [(i, t) for i, t in enumerate(vocab.tokens) if t]
         self._tables: dict[tuple, StateTable] = {}
         self._lock = threading.Lock()
         self._dirty = False
@@ -107,7 +109,13 @@ class TokenIndex:
         groups: dict[tuple, list[int]] = {}
         complex_ids: list[int] = []
         copy = core.copy
-        for tid, tok in self._items:
+        items = self._all_items
+        reps: dict[int, np.ndarray] = {}
+        if _is_simple(core):
+            # every token of a word class behaves like its first member here: simulate one, broadcast
+            reps = {int(ids[0]): ids for _, ids in self._classes}
+            items = self._items + [(int(ids[0]), tok) for tok, ids in self._classes]
+        for tid, tok in items:
             st = copy()
             st.reqs = []
             try:
@@ -115,10 +123,12 @@ class TokenIndex:
             except Reject:
                 continue
             except Complex:
-                complex_ids.append(tid)
+                complex_ids.extend(reps[tid].tolist() if tid in reps else [tid])
                 continue
             if st.reqs:
-                groups.setdefault(tuple(st.reqs), []).append(tid)
+                groups.setdefault(tuple(st.reqs), []).extend(reps[tid].tolist() if tid in reps else [tid])
+            elif tid in reps:
+                base[reps[tid]] = True
             else:
                 base[tid] = True
         self.build_seconds += time.perf_counter() - t0
@@ -179,6 +189,58 @@ class TokenIndex:
                 continue
             out[tid] = True
         return out
+
+
+_ASCII_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_DIGITS = re.compile(rb"[0-9]+")
+# a word may follow one of these characters and still stay in its class: none of them makes the
+# automaton look at the letters that follow (unlike ``!`` before a conversion, a quote before a
+# string prefix, or a digit before a number suffix)
+_LEAD_CHARS = frozenset(bytes([c]) for c in b" .,([{)]}=:;+-*/%&|^~<>@")
+
+
+def _word_classes(tokens) -> tuple[list[tuple[bytes, np.ndarray]], list[tuple[int, bytes]]]:
+    """Split the vocabulary into word classes and the rest.
+
+    A class holds the tokens ``[c]word`` (ASCII identifier), ``[c]digits`` or ``[c]word`` with a
+    non-ASCII identifier character, for each optional leading character ``c`` of ``_LEAD_CHARS``: from a *simple* lexer state (see :func:`_is_simple`) all members
+    of a class are accepted or rejected together with the same requirements, so one simulation
+    decides the class. Returns ``([(representative bytes, ids)], [(id, bytes) not in a class])``.
+    """
+    classes: dict[tuple, list[int]] = {}
+    rest: list[tuple[int, bytes]] = []
+    for tid, tok in enumerate(tokens):
+        if not tok:
+            continue
+        lead = tok[:1] if tok[:1] in _LEAD_CHARS else b""
+        body = tok[len(lead):]
+        kind = None
+        if _ASCII_WORD.fullmatch(body):
+            kind = "ascii"
+        elif _DIGITS.fullmatch(body):
+            kind = "digits"
+        elif body and any(b >= 0x80 for b in body):
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                text = ""
+            if text and text.isidentifier() and not text.isascii():
+                kind = "unicode"
+        if kind is None:
+            rest.append((tid, tok))
+        else:
+            classes.setdefault((lead, kind), []).append(tid)
+    return [(tokens[ids[0]], np.array(ids, dtype=np.int32)) for ids in classes.values()], rest
+
+
+def _is_simple(state: Lex) -> bool:
+    """States in which a word-class token's letters never matter (only that it is a word)."""
+    if state.pend or state.cr or state.esc:
+        return False
+    m = state.mode
+    if m == pylex.NAME:
+        return state.sp is None or state.sp[0] != "#"
+    return m in (pylex.CODE, pylex.STR, pylex.COMMENT)
 
 
 def requirements_hold(reqs: tuple, state: Lex) -> bool:
