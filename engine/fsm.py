@@ -41,7 +41,7 @@ from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
-FSM_VERSION = 3  # bump when the automaton's behaviour changes: invalidates disk caches
+FSM_VERSION = 4  # bump when the automaton's behaviour changes: invalidates disk caches
 
 
 def default_cache_dir() -> Path:

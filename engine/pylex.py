@@ -27,7 +27,7 @@ import re
 CODE, NAME, DOT, NUM_INT, NUM_US, NUM_ZERO, NUM_ZERO_US, NUM_ZD, NUM_PFX, NUM_PFX_D, NUM_PFX_US = range(11)
 NUM_FRAC, NUM_FRAC_D, NUM_FRAC_US, NUM_EXP, NUM_EXP_SIGN, NUM_EXP_D, NUM_EXP_US, NUM_END = range(11, 19)
 STR, STR_OPEN1, STR_OPEN2, COMMENT, BANG, LINECONT = range(19, 25)
-FSTR_LBRACE, FSTR_RBRACE, FCONV, FCONV_DONE, FSPEC, DOT2 = range(25, 31)
+FSTR_LBRACE, FSTR_RBRACE, FCONV, FCONV_DONE, FSPEC, DOT2, DOT_WS = range(25, 32)
 
 MODE_NAMES = {v: k for k, v in list(globals().items()) if isinstance(v, int) and k.isupper()}
 
@@ -51,7 +51,7 @@ NUMBER_MODES = frozenset(range(NUM_INT, NUM_END + 1))
 # comment or name); the others need more characters to form a valid token
 STOPPABLE = frozenset(
     {CODE, NAME, DOT, NUM_INT, NUM_ZERO, NUM_PFX_D, NUM_FRAC, NUM_FRAC_D, NUM_EXP_D, NUM_END, STR, STR_OPEN1,
-     STR_OPEN2, COMMENT, FSPEC, DOT2}
+     STR_OPEN2, COMMENT, FSPEC, DOT2, DOT_WS}
 )
 
 
@@ -241,7 +241,7 @@ class Lex:
             return
         if m in (COMMENT, CODE, NAME):
             return
-        if m == STR_OPEN2 or m == DOT or m == DOT2:
+        if m == STR_OPEN2 or m == DOT or m == DOT2 or m == DOT_WS:
             return
         raise Reject("non-ASCII character here")
 
@@ -315,22 +315,8 @@ class Lex:
             self._end_string()
             self.feed_char(ch)
             return
-        if m == DOT:
-            if ch in DIGITS:
-                self.mode = NUM_FRAC_D
-                return
-            if ch == ".":
-                self.mode = DOT2
-                return
-            self.mode = CODE
-            self._code_char(ch)
-            return
-        if m == DOT2:
-            self.mode = CODE
-            if ch in DIGITS:  # ``..5``: an attribute dot then ``.5``
-                self.mode = NUM_FRAC_D
-                return
-            self._code_char(ch)
+        if m == DOT or m == DOT2 or m == DOT_WS:
+            self._after_dot(ch)
             return
         if m == LINECONT:
             if ch == "\n" or ch == "\r":
@@ -546,6 +532,40 @@ class Lex:
         self.byt = False
         self.qn = 0
         self.esc = False
+
+    def _after_dot(self, ch: str) -> None:
+        """After an attribute ``.`` (Language Reference 6.3.1) only a name may follow, possibly after
+        whitespace (and newlines or comments inside brackets); ``...`` is the Ellipsis literal."""
+        m = self.mode
+        if ch == ".":
+            self.mode = DOT2 if m == DOT else CODE if m == DOT2 else DOT
+            return
+        if ch in DIGITS and m != DOT_WS:  # ``.5``; ``x..5`` is an attribute dot then ``.5``
+            self.mode = NUM_FRAC_D
+            return
+        if ch == " " or ch == "\t" or ch == "\f":
+            self.mode = DOT_WS
+            return
+        if ch == "\\":
+            self.mode = LINECONT
+            return
+        if ch == "\n" or ch == "\r" or ch == "#":
+            b = self.brackets
+            if b and b[-1] == UNK:
+                raise Complex("depth unknown after '.'")
+            if not b:
+                raise Reject("invalid syntax: expected a name after '.'")
+            if ch == "#":
+                self.mode = COMMENT
+            else:
+                self.mode = DOT_WS
+                self.cr = ch == "\r"
+            return
+        if _name_start(ch):
+            self.mode = CODE
+            self._code_char(ch)
+            return
+        raise Reject("invalid syntax: expected a name after '.'")
 
     # -- numbers ----------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ ACCEPT = [
     "k = {'a': 1, **d}\nv = x[1:2, ::3]\nw = (y := 5)\n",
     "s = '\\N{EM DASH}' + f'\\N{BULLET} {x}'\n",
     "lambda: (yield)\n",
+    "from . import a\nfrom .. import b\nx = ...\ny = (a.\n     b. # c\n c)\nz = a . b .\\\n c\n",
     "é = 'ünïcode' # ☃ comment\n",
     "x = 1\n  # a comment at any indentation\ny = 2\n",
     "if a:\n    if b:\n        c\n    d\ne\n",
@@ -53,6 +54,9 @@ REJECT = [
     "a \\ b",
     "12abc",
     "if x:\n\ty",  # tab in a space-indented file (style ' ')
+    "x = self.  # note",  # a name must follow an attribute dot
+    "x = os.\n",
+    "x = a.(",
 ]
 
 
