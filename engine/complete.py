@@ -24,6 +24,7 @@ from .validate import longest_valid
 log = logging.getLogger(__name__)
 
 CLOSERS = frozenset(")]}'\":;, ")
+PROSE_MODES = frozenset({pylex.COMMENT, pylex.STR, pylex.STR_OPEN1, pylex.FSTR_LBRACE, pylex.FSPEC})
 
 
 def dominant_eol(text: str) -> str:
@@ -137,7 +138,10 @@ class Engine:
             report("loading model", 5)
             lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads)
             report("building the FIM prompt template", 50)
-            template = detect_template(lm.tokenizer.get_vocab(), s.model.fim_template)
+            requested = s.model.fim_template
+            if requested == "auto":  # a checkpoint may name its template (the embedded model does)
+                requested = getattr(lm.model.config, "fim_template", None) or "auto"
+            template = detect_template(lm.tokenizer.get_vocab(), requested)
             builder = PromptBuilder(lm.tokenizer, template, min(s.model.context_tokens, lm.max_positions) - 8)
             report("loading FSM tables", 60)
             vocab = from_hf_tokenizer(lm.tokenizer, template.stop_tokens)
@@ -149,6 +153,7 @@ class Engine:
         self.kv = KVCache(lm.model, lm.device)
         self.model_name = lm.name
         self._starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in vocab.tokens], dtype=bool)
+        self._not_stop = self._to_device(~np.isin(np.arange(vocab.size), list(set(vocab.eos_ids) | set(builder.stop_ids))))
         self._starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in vocab.tokens], dtype=bool)
         self.load_error = None
         report("ready", 100)
@@ -207,9 +212,13 @@ class Engine:
         result = Completion(text="", multiline=multiline)
 
         prompt = self.builder.build(prefix, suffix)
+        cursor_line = prefix[prefix.rfind("\n") + 1 :]
         guide = None
         if constrained:
             state, _recoveries = self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
+            if s.constraints.code_only and state.mode not in PROSE_MODES:
+                state = state.copy()
+                state.code_only = True  # completing code: comments are masked (generation policy)
             guide = PythonGuide(self.index, state, self.memo)
         t1 = time.perf_counter()
         logits, reused = self.kv.prefill(prompt.ids)
@@ -220,7 +229,6 @@ class Engine:
             generator = torch.Generator(device=self.lm.device)
             generator.manual_seed(req.seed or s.generation.seed)
 
-        cursor_line = prefix[prefix.rfind("\n") + 1 :]
         # first-token policy on a whitespace-only cursor line: the indentation is typed already (no
         # duplicated leading whitespace), and a block body starts with a statement, not a blank line
         first_block = None
@@ -234,6 +242,7 @@ class Engine:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text = ""
         ends: list[int] = []  # text length after each token (truncation candidates)
+        accepting: list[int] = [0]  # ... after each token that leaves the lexer where it may stop
         stop_reason = "max_tokens"
         for step in range(max_tokens):
             if req.cancel is not None and req.cancel.is_set():
@@ -243,8 +252,10 @@ class Engine:
             if guide is not None:
                 tm = time.perf_counter()
                 mask = self._device_mask(guide)
-                if step == 0 and first_block is not None:
-                    mask = mask & ~first_block
+                if step == 0:
+                    mask = mask & self._not_stop  # a completion has at least one token
+                    if first_block is not None:
+                        mask = mask & ~first_block
                 raw_top = torch.argmax(logits)
                 logits = apply_mask(logits.clone(), mask)
                 entry["mask_us"] = round((time.perf_counter() - tm) * 1e6, 1)
@@ -268,6 +279,8 @@ class Engine:
             piece = tokens[tok] if tok < len(tokens) and tokens[tok] is not None else b""
             text += decoder.decode(piece)
             ends.append(len(text))
+            if guide is None or guide.is_accepting():
+                accepting.append(len(text))
             result.tokens += 1
             entry.update(id=tok, text=piece.decode("utf-8", "replace"))
             result.trace.append(entry)
@@ -291,6 +304,8 @@ class Engine:
                 text = text[:cut]
             text = text.rstrip(" \t\n") if text.strip() else ""
         text = strip_suffix_overlap(text, suffix) if not multiline else text
+        if guide is not None:  # stop at the last valid point (not after a dangling '.', '!', escape, ...)
+            text = text[: max(e for e in accepting if e <= len(text))] if len(text) not in accepting else text
         ends = sorted({e for e in ends if e < len(text)} | {len(text)})
         pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
         result.validation = "skipped"

@@ -5,8 +5,10 @@ Templates (PSM order: prefix, suffix, then the middle is generated):
 ============  =====================================================================  ==================
 family        layout                                                                  stop tokens
 ============  =====================================================================  ==================
-starcoder     ``<fim_prefix>P<fim_suffix>S<fim_middle>`` (StarCoder/StarCoder2, and   ``<|endoftext|>``,
-              the embedded default model, trained with these tokens)                  ``<file_sep>``
+fsm-complete  ``<fim_prefix><fim_suffix>S<fim_middle>P`` (SPM; the embedded default       ``<|endoftext|>``
+              model, named by ``fim_template`` in its config.json)
+starcoder     ``<fim_prefix>P<fim_suffix>S<fim_middle>`` (StarCoder/StarCoder2)       ``<|endoftext|>``,
+                                                                                      ``<file_sep>``
 qwen          ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` (Qwen2.5-Coder)        ``<|endoftext|>``,
                                                                                       ``<|fim_pad|>``,
                                                                                       ``<|file_sep|>``
@@ -31,9 +33,14 @@ class FimTemplate:
     stop_tokens: tuple[str, ...]
     prefix_sep: str = ""  # text inserted after the prefix marker (CodeLlama: " ")
     suffix_sep: str = ""  # text inserted before the suffix marker (CodeLlama: " ")
+    order: str = "psm"  # "psm": prefix, suffix, middle; "spm": suffix, then prefix continued by the middle
 
 
 TEMPLATES = {
+    # the embedded default model: StarCoder's tokens in SPM order (``<fim_prefix><fim_suffix>S<fim_middle>P``),
+    # where the middle simply continues the prefix; the suffix first also lets typing reuse the whole KV cache
+    "fsm-complete": FimTemplate("fsm-complete", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
+                                ("<|endoftext|>", "<fim_pad>"), order="spm"),
     "starcoder": FimTemplate("starcoder", "<fim_prefix>", "<fim_suffix>", "<fim_middle>",
                              ("<|endoftext|>", "<file_sep>", "<fim_pad>")),
     "qwen": FimTemplate("qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
@@ -51,6 +58,8 @@ def detect_template(vocab: dict[str, int], requested: str = "auto") -> FimTempla
             raise ModelError(f"unknown FIM template {requested!r}; choose one of {', '.join(TEMPLATES)} or auto")
         return TEMPLATES[requested]
     for tpl in TEMPLATES.values():
+        if tpl.family == "fsm-complete":
+            continue  # chosen by name only (same tokens as StarCoder)
         if tpl.prefix_token in vocab and tpl.middle_token in vocab:
             return tpl
     if "<PRE>" in vocab and "<MID>" in vocab:
@@ -94,7 +103,8 @@ class PromptBuilder:
         return self.tok.encode(text, add_special_tokens=False) if text else []
 
     def build(self, prefix: str, suffix: str) -> Prompt:
-        """Prompt ids ``[PRE] prefix [SUF] suffix [MID]`` with both sides truncated to fit."""
+        """Prompt ids ``[PRE] prefix [SUF] suffix [MID]`` (PSM) or ``[PRE] [SUF] suffix [MID] prefix``
+        (SPM), with both sides truncated to fit."""
         room = max(16, self.budget - 3)
         max_chars = room * self.CHARS_PER_TOKEN_MAX
         if len(prefix) > max_chars:
@@ -119,5 +129,8 @@ class PromptBuilder:
         suffix_text_ids = s_ids
         if self.tpl.suffix_sep:
             suffix_text_ids = self._encode(self.tpl.suffix_sep)[:1] + s_ids
-        ids = [self.pre_id, *p_ids, self.suf_id, *suffix_text_ids, self.mid_id]
+        if self.tpl.order == "spm":
+            ids = [self.pre_id, self.suf_id, *suffix_text_ids, self.mid_id, *p_ids]
+        else:
+            ids = [self.pre_id, *p_ids, self.suf_id, *suffix_text_ids, self.mid_id]
         return Prompt(ids, len(prefix), len(suffix))

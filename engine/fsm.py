@@ -41,7 +41,7 @@ from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
-FSM_VERSION = 4  # bump when the automaton's behaviour changes: invalidates disk caches
+FSM_VERSION = 6  # bump when the automaton's behaviour changes: invalidates disk caches
 
 
 def default_cache_dir() -> Path:
@@ -395,8 +395,11 @@ class PythonGuide:
         self.memo = memo if memo is not None else MaskMemo()
 
     def is_accepting(self) -> bool:
-        """True when generation may stop here (not inside an operator, number or escape that needs more)."""
+        """True when generation may stop here: not inside an operator, number or escape that needs more,
+        not right after an attribute dot, not before the first statement of a block body."""
         st = self.state
+        if st.need_indent and st.ls and not st.brackets:
+            return False  # a block opener's indented body has not started yet
         return self.error is None and st.mode in pylex.STOPPABLE and not st.esc and not st.pend
 
     def allowed_mask(self) -> np.ndarray:

@@ -37,6 +37,9 @@ CHECKED = "C"  # abstract indentation stack after one recorded check
 UNKNOWN_WS = "\x01"  # abstract: indentation typed before the token (unknown) precedes ws[1:]
 
 OPERATOR_CHARS = frozenset("+-*/%&|^~<>=,;@")
+# characters that cannot begin a logical line (Language Reference 7/8: statements begin with an
+# expression, a keyword, a decorator, a starred target or a unary operator)
+NOT_STATEMENT_START = frozenset(":,=)]}/%&|^<>!;")
 OPENERS = {"(": ")", "[": "]", "{": "}"}
 CLOSER_TO_OPENER = {")": "(", "]": "[", "}": "{"}
 STRING_PREFIXES = frozenset({"r", "u", "b", "f", "br", "rb", "fr", "rf"})
@@ -51,7 +54,7 @@ NUMBER_MODES = frozenset(range(NUM_INT, NUM_END + 1))
 # comment or name); the others need more characters to form a valid token
 STOPPABLE = frozenset(
     {CODE, NAME, DOT, NUM_INT, NUM_ZERO, NUM_PFX_D, NUM_FRAC, NUM_FRAC_D, NUM_EXP_D, NUM_END, STR, STR_OPEN1,
-     STR_OPEN2, COMMENT, FSPEC, DOT2, DOT_WS}
+     STR_OPEN2, COMMENT, FSPEC}
 )
 
 
@@ -97,11 +100,12 @@ class Lex:
     ``need_indent`` the next logical line must be indented deeper; ``indents`` tuple of enclosing
     indentation widths (None: lenient, anything goes); ``cr`` the last character was ``\\r``;
     ``pend`` bytes of an incomplete UTF-8 character; ``style`` the file's indentation character
-    (``" "``, ``"\\t"`` or None for either); ``reqs`` recorded requirements (abstract mode only).
+    (``" "``, ``"\\t"`` or None for either); ``code_only`` a policy flag that masks comments;
+    ``reqs`` recorded requirements (abstract mode only).
     """
 
     __slots__ = ("mode", "sp", "q", "tri", "raw", "byt", "fs", "qn", "esc", "brackets", "ls", "ws", "opener",
-                 "need_indent", "indents", "cr", "pend", "style", "reqs")
+                 "need_indent", "indents", "cr", "pend", "style", "code_only", "reqs")
 
     def __init__(self, style: str | None = None):
         self.mode = CODE
@@ -119,6 +123,7 @@ class Lex:
         self.cr = False
         self.pend = b""
         self.style = style
+        self.code_only = False
         self.reqs: list | None = None
 
     def copy(self) -> "Lex":
@@ -130,7 +135,8 @@ class Lex:
     def key(self) -> tuple:
         """Hashable full state (everything that decides future acceptance)."""
         return (self.mode, self.sp, self.q, self.tri, self.raw, self.byt, self.fs, self.qn, self.esc, self.brackets,
-                self.ls, self.ws, self.opener, self.need_indent, self.indents, self.cr, self.pend, self.style)
+                self.ls, self.ws, self.opener, self.need_indent, self.indents, self.cr, self.pend, self.style,
+                self.code_only)
 
     def core(self) -> "Lex":
         """Abstract copy: at most two known bracket frames over :data:`UNK`, unknown indentation."""
@@ -147,7 +153,7 @@ class Lex:
     def core_key(self) -> tuple:
         b = self.brackets if len(self.brackets) <= 2 else (UNK,) + self.brackets[-2:]
         return (self.mode, self.sp, self.q, self.tri, self.raw, self.byt, self.fs, self.qn, self.esc, b,
-                self.ls, None if self.ls else self.ws, self.opener, self.need_indent, self.cr, self.pend)
+                self.ls, None if self.ls else self.ws, self.opener, self.need_indent, self.cr, self.pend, self.code_only)
 
     @property
     def in_string(self) -> bool:
@@ -389,6 +395,8 @@ class Lex:
             self._newline(ch)
             return
         if ch == "#":
+            if self.code_only:
+                raise Reject("comments are masked in code-only mode (policy)")
             self.mode = COMMENT
             return
         if ch == "\\":
@@ -450,6 +458,8 @@ class Lex:
             raise Complex("depth unknown: the opener flag may change")
         if not b:
             if self.ls:
+                if ch in NOT_STATEMENT_START:
+                    raise Reject(f"invalid syntax: a statement cannot start with {ch!r}")
                 self._check_indent()
             self.opener = ch == ":"
 
@@ -556,6 +566,8 @@ class Lex:
             if not b:
                 raise Reject("invalid syntax: expected a name after '.'")
             if ch == "#":
+                if self.code_only:
+                    raise Reject("comments are masked in code-only mode (policy)")
                 self.mode = COMMENT
             else:
                 self.mode = DOT_WS

@@ -38,6 +38,7 @@ class GenerationSettings:
 class ConstraintSettings:
     enabled: bool = True
     validate: bool = True  # tree-sitter + compile() post-filter
+    code_only: bool = True  # mask comments in mid-line code completions
 
 
 @dataclass

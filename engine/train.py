@@ -276,6 +276,7 @@ def train(cfg: TrainConfig) -> dict:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    mconf.fim_template = "fsm-complete"  # read by the engine: StarCoder tokens, SPM order at inference
     model = LlamaForCausalLM(mconf)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]

@@ -52,15 +52,31 @@ def count_syntax_errors(source: str) -> tuple[int, int]:
     return errors, missing
 
 
-def compiles(source: str) -> bool:
-    """True when CPython compiles ``source`` to an AST (no code runs; warnings are silenced)."""
+def first_error(source: str) -> int | None:
+    """Code-point offset of the first error CPython reports when compiling ``source`` to an AST
+    (no code runs; warnings are silenced), or None when it compiles."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compile(source, "<completion>", "exec", ast.PyCF_ONLY_AST)
-        return True
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
+        return None
+    except SyntaxError as exc:
+        if not exc.lineno:
+            return 0
+        start = 0
+        for _ in range(exc.lineno - 1):
+            nl = source.find("\n", start)
+            if nl < 0:
+                break
+            start = nl + 1
+        return start + max(0, (exc.offset or 1) - 1)
+    except (ValueError, MemoryError, RecursionError):
+        return 0
+
+
+def compiles(source: str) -> bool:
+    """True when CPython compiles ``source`` to an AST."""
+    return first_error(source) is None
 
 
 _CONTINUATIONS = ("else", "elif", "except", "finally", "case")
@@ -112,16 +128,29 @@ def validate(prefix: str, completion: str, suffix: str) -> list[Issue]:
 
 def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str]:
     """Longest ``k`` such that ``"".join(pieces[:k])`` introduces no issue; returns ``(k, verdict)``
-    with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0)."""
+    with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0).
+
+    A candidate is refused when tree-sitter finds more ERROR/MISSING nodes than without it, or when
+    CPython's first error lies inside the inserted text (or right after it) while the region either
+    compiled without it or failed only at or after the cursor (the user's unfinished text there).
+    """
     rp, rs = region(prefix, suffix)
     e0, m0 = count_syntax_errors(rp + rs)
-    base_compiles = compiles(rp + rs)
+    base_error = first_error(rp + rs)
+    cursor = len(rp)
 
     def ok(text: str) -> bool:
         e1, m1 = count_syntax_errors(rp + text + rs)
         if e1 > e0 or m1 > m0:
             return False
-        return not base_compiles or compiles(rp + text + rs)
+        err = first_error(rp + text + rs)
+        if err is None:
+            return True
+        if base_error is None:
+            return False
+        if base_error >= cursor:
+            return err > cursor + len(text)
+        return True  # an unrelated error before the cursor: tree-sitter's verdict stands
 
     full = "".join(pieces)
     if ok(full):

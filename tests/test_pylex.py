@@ -57,6 +57,8 @@ REJECT = [
     "x = self.  # note",  # a name must follow an attribute dot
     "x = os.\n",
     "x = a.(",
+    "def f():\n    : x",  # a statement cannot start with an operator like ':' or '='
+    "x = 1\n= 2",
 ]
 
 
