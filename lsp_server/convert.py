@@ -1,0 +1,348 @@
+"""All translation between LSP types and engine types.
+
+Engine positions are 0-based *code-point offsets* into a Python ``str`` (``engine/api.py``). LSP
+positions are 0-based ``(line, character)`` pairs whose ``character`` counts units of the
+negotiated position encoding (LSP 3.17 ``PositionEncodingKind``): UTF-16 code units (the default),
+UTF-8 bytes or UTF-32 code points. Column conversion happens in this module and nowhere else.
+
+The line model is the LSP one: only ``\\n``, ``\\r\\n`` and ``\\r`` end a line (``str.splitlines``
+also splits on form feeds, ``\\x1c``, ``\\u2028`` ... and must not be used). Out-of-range positions
+are clamped as the LSP specification says (and as ``vscode-languageserver-textdocument`` does): a
+``character`` past the end of its line means the line end, a ``line`` past the last line means the
+end of the document, negative values mean 0. A ``character`` that falls inside a multi-unit
+character (half a UTF-16 surrogate pair, the middle of a UTF-8 sequence) rounds down to that
+character's start.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lsprotocol import types
+
+from engine.api import CompletionRequest
+
+UTF8 = types.PositionEncodingKind.Utf8.value
+UTF16 = types.PositionEncodingKind.Utf16.value
+UTF32 = types.PositionEncodingKind.Utf32.value
+SUPPORTED_ENCODINGS = (UTF16, UTF8, UTF32)
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_LINE_END_CHARS = "\r\n"
+
+
+# --------------------------------------------------------------------------- position encoding
+
+
+def choose_position_encoding(offered: Sequence[str] | None) -> str:
+    """The encoding to announce in ``InitializeResult.capabilities.positionEncoding``.
+
+    ``offered`` is the client's ``general.positionEncodings`` (LSP 3.17), ordered by the client's
+    preference: the first one this server supports wins. UTF-16 when the client offers none (it is
+    mandatory for every client) or none that is supported.
+    """
+    for encoding in offered or ():
+        value = getattr(encoding, "value", encoding)
+        if value in SUPPORTED_ENCODINGS:
+            return value
+    return UTF16
+
+
+def encoded_len(text: str, encoding: str) -> int:
+    """Length of ``text`` in units of ``encoding`` (UTF-8 bytes, UTF-16 code units, code points).
+
+    Lone surrogates (possible in JSON strings) count as one UTF-16 unit and three UTF-8 bytes.
+    """
+    if encoding == UTF32:
+        return len(text)
+    if encoding == UTF8:
+        return len(text.encode("utf-8", "surrogatepass"))
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def _unit_width(ch: str, encoding: str) -> int:
+    if encoding == UTF32:
+        return 1
+    cp = ord(ch)
+    if encoding == UTF8:
+        return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
+    return 2 if cp > 0xFFFF else 1
+
+
+def column_to_index(line: str, character: int, encoding: str) -> int:
+    """Code-point index in ``line`` (without its line break) of LSP column ``character``.
+
+    Clamped to ``[0, len(line)]``; a column inside a multi-unit character rounds down.
+    """
+    if character <= 0:
+        return 0
+    if encoding == UTF32 or line.isascii():
+        return min(character, len(line))
+    units = 0
+    for index, ch in enumerate(line):
+        units += _unit_width(ch, encoding)
+        if units > character:
+            return index
+    return len(line)
+
+
+# --------------------------------------------------------------------------- line model
+
+
+def line_starts(text: str) -> list[int]:
+    """Code-point offset of the start of every line (LSP line model; always starts with 0).
+
+    ``"a\\r\\nb\\rc\\n"`` -> ``[0, 3, 5, 7]``: a document ending in a line break has a last, empty line.
+    """
+    return [0] + [m.end() for m in _LINE_BREAK.finditer(text)]
+
+
+def line_end(text: str, start: int) -> int:
+    """Offset of the line break (or document end) of the line starting at ``start``."""
+    cr, lf = text.find("\r", start), text.find("\n", start)
+    ends = [i for i in (cr, lf) if i >= 0]
+    return min(ends) if ends else len(text)
+
+
+def to_engine_offset(
+    text: str,
+    position: types.Position,
+    encoding: str,
+    starts: Sequence[int] | None = None,
+) -> int:
+    """Code-point offset in ``text`` of an LSP ``position`` (clamped, see the module docstring).
+
+    ``starts`` is ``line_starts(text)`` when the caller has it cached.
+    """
+    starts = line_starts(text) if starts is None else starts
+    line = position.line
+    if line < 0:
+        return 0
+    if line >= len(starts):
+        return len(text)
+    start = starts[line]
+    end = line_end(text, start)
+    return start + column_to_index(text[start:end], position.character, encoding)
+
+
+def lsp_position(
+    text: str, offset: int, encoding: str, starts: Sequence[int] | None = None
+) -> types.Position:
+    """LSP position of code-point ``offset`` in ``text`` (offset clamped to ``[0, len(text)]``).
+
+    An offset between ``\\r`` and ``\\n`` maps to the end of that line.
+    """
+    starts = line_starts(text) if starts is None else starts
+    offset = max(0, min(offset, len(text)))
+    line = bisect.bisect_right(starts, offset) - 1
+    start = starts[line]
+    offset = min(offset, line_end(text, start))
+    return types.Position(line=line, character=encoded_len(text[start:offset], encoding))
+
+
+def lsp_range(
+    text: str, start: int, end: int, encoding: str, starts: Sequence[int] | None = None
+) -> types.Range:
+    """LSP range of the code-point span ``[start, end)`` of ``text``."""
+    starts = line_starts(text) if starts is None else starts
+    return types.Range(
+        start=lsp_position(text, start, encoding, starts),
+        end=lsp_position(text, end, encoding, starts),
+    )
+
+
+def to_engine_span(
+    text: str, range_: types.Range, encoding: str, starts: Sequence[int] | None = None
+) -> tuple[int, int]:
+    """Code-point span ``(start, end)`` of an LSP range; a reversed range is normalised."""
+    starts = line_starts(text) if starts is None else starts
+    a = to_engine_offset(text, range_.start, encoding, starts)
+    b = to_engine_offset(text, range_.end, encoding, starts)
+    return (a, b) if a <= b else (b, a)
+
+
+# --------------------------------------------------------------------------- line endings
+
+
+def dominant_line_ending(text: str) -> str:
+    """The most frequent line break of ``text`` (``"\\n"`` for none or a tie with ``"\\n"``)."""
+    crlf = text.count("\r\n")
+    cr = text.count("\r") - crlf
+    lf = text.count("\n") - crlf
+    if crlf > lf and crlf >= cr:
+        return "\r\n"
+    if cr > lf and cr > crlf:
+        return "\r"
+    return "\n"
+
+
+def normalise_line_endings(text: str) -> str:
+    """``\\r\\n`` and lone ``\\r`` become ``\\n``."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def with_line_ending(text: str, eol: str) -> str:
+    """``text`` with every line break (whatever it was) written as ``eol``."""
+    text = normalise_line_endings(text)
+    return text if eol == "\n" else text.replace("\n", eol)
+
+
+def original_length(original: str, normalised_count: int) -> int:
+    """Code points of ``original`` covered by its first ``normalised_count`` normalised code points.
+
+    ``original_length("\\r\\nab", 2) == 3``: the ``\\r\\n`` is one ``\\n`` after normalisation.
+    """
+    i = 0
+    for _ in range(normalised_count):
+        if i >= len(original):
+            break
+        i += 2 if original.startswith("\r\n", i) else 1
+    return i
+
+
+# --------------------------------------------------------------------------- engine requests
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """The cursor as both sides see it: the document, the code-point offset and the encoding."""
+
+    text: str
+    offset: int
+    encoding: str
+    starts: Sequence[int]
+
+    @property
+    def line_start(self) -> int:
+        return self.starts[bisect.bisect_right(self.starts, self.offset) - 1]
+
+    @property
+    def line_prefix(self) -> str:
+        """The text of the cursor's line before the cursor."""
+        return self.text[self.line_start : self.offset]
+
+    @property
+    def line_suffix(self) -> str:
+        """The text of the cursor's line after the cursor (without the line break)."""
+        return self.text[self.offset : line_end(self.text, self.offset)]
+
+
+def cursor_at(
+    text: str, position: types.Position, encoding: str, starts: Sequence[int] | None = None
+) -> Cursor:
+    """The :class:`Cursor` at an LSP ``position`` of ``text`` (clamped)."""
+    starts = line_starts(text) if starts is None else starts
+    return Cursor(text, to_engine_offset(text, position, encoding, starts), encoding, starts)
+
+
+def to_engine_request(cursor: Cursor, **options) -> CompletionRequest:
+    """The engine request for a completion at ``cursor``.
+
+    Prefix and suffix are the whole document before/after the cursor with line breaks normalised
+    to ``\\n`` (so no ``\\r`` sits next to the cursor in the prompt); ``options`` are passed to
+    :class:`~engine.api.CompletionRequest` (``multiline``, ``cancel``, ...).
+    """
+    return CompletionRequest(
+        prefix=normalise_line_endings(cursor.text[: cursor.offset]),
+        suffix=normalise_line_endings(cursor.text[cursor.offset :]),
+        **options,
+    )
+
+
+def suffix_overlap(text: str, line_suffix: str) -> int:
+    """Length of the longest start of ``line_suffix`` that ``text`` ends with.
+
+    Inserting ``text`` and deleting that many code points after the cursor never duplicates the
+    text after the cursor: ``suffix_overlap("equal", 'qual"') == 4``,
+    ``suffix_overlap("[1, 2])", ")") == 1``. Whitespace-only overlaps do not count.
+    """
+    for k in range(min(len(text), len(line_suffix)), 0, -1):
+        piece = line_suffix[:k]
+        if text.endswith(piece) and piece.strip():
+            return k
+    return 0
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A completion as a document edit: replace ``[start, end)`` (code points) with ``new_text``."""
+
+    start: int
+    end: int
+    new_text: str
+
+    def apply(self, text: str) -> str:
+        return text[: self.start] + self.new_text + text[self.end :]
+
+
+def completion_edit(cursor: Cursor, text: str, replace_suffix: int = 0) -> Edit | None:
+    """The document edit for completion ``text`` at ``cursor``; None when it inserts nothing.
+
+    - ``text`` is written with the document's line ending (the engine's ``"\\n"`` becomes
+      ``"\\r\\n"`` in a CRLF document);
+    - ``replace_suffix`` (code points of the normalised suffix the engine saw, see
+      :func:`to_engine_request`) is mapped back to the document and widened to
+      :func:`suffix_overlap`, so the text after the cursor is never duplicated;
+    - the replaced span never crosses the end of the cursor's line (LSP 3.18: an inline
+      completion's range must begin and end on the same line).
+    """
+    new_text = with_line_ending(text, dominant_line_ending(cursor.text))
+    if not new_text:
+        return None
+    replace = original_length(cursor.text[cursor.offset :], max(0, replace_suffix))
+    line_suffix = cursor.line_suffix
+    replace = max(replace, suffix_overlap(normalise_line_endings(new_text), line_suffix))
+    replace = min(replace, len(line_suffix))
+    return Edit(cursor.offset, cursor.offset + replace, new_text)
+
+
+# --------------------------------------------------------------------------- LSP items
+
+
+def lsp_inline_item(cursor: Cursor, edit: Edit) -> types.InlineCompletionItem:
+    """The ``InlineCompletionItem`` for ``edit``: ``insertText`` plus a ``range`` when it replaces
+    text after the cursor (without a range the client inserts at the cursor)."""
+    if edit.end == edit.start:
+        return types.InlineCompletionItem(insert_text=edit.new_text)
+    return types.InlineCompletionItem(
+        insert_text=edit.new_text,
+        range=lsp_range(cursor.text, edit.start, edit.end, cursor.encoding, cursor.starts),
+    )
+
+
+def word_before(cursor: Cursor) -> str:
+    """The identifier characters just before the cursor (``"st"`` in ``e.st█``)."""
+    prefix = cursor.line_prefix
+    start = len(prefix)
+    while start > 0 and (prefix[start - 1].isalnum() or prefix[start - 1] == "_"):
+        start -= 1
+    return prefix[start:]
+
+
+def lsp_completion_item(cursor: Cursor, edit: Edit) -> types.CompletionItem:
+    """A ``CompletionItem`` for a single-line ``edit``.
+
+    Its ``textEdit`` spans the word before the cursor up to the replaced suffix and re-inserts that
+    word, so the client's filtering (which reads the range start up to the cursor) keeps the item.
+    """
+    word = word_before(cursor)
+    new_text = word + edit.new_text
+    first_line = _LINE_BREAK.split(new_text, maxsplit=1)[0]
+    return types.CompletionItem(
+        label=first_line.strip() or new_text,
+        kind=types.CompletionItemKind.Text,
+        filter_text=word + edit.new_text,
+        sort_text="0",
+        text_edit=types.TextEdit(
+            range=lsp_range(
+                cursor.text, edit.start - len(word), edit.end, cursor.encoding, cursor.starts
+            ),
+            new_text=new_text,
+        ),
+        detail="fsm-complete",
+    )

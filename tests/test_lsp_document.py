@@ -1,0 +1,79 @@
+"""Unit tests of lsp_server.document: incremental and full sync with LSP clamping."""
+
+from __future__ import annotations
+
+import pytest
+from lsprotocol.types import (
+    Position,
+    Range,
+    TextDocumentContentChangePartial,
+    TextDocumentContentChangeWholeDocument,
+    TextDocumentItem,
+    VersionedTextDocumentIdentifier,
+)
+
+from lsp_server.convert import UTF8, UTF16, UTF32
+from lsp_server.document import DocumentStore
+
+URI = "untitled:Untitled-1"
+
+
+def change(start, end, text):
+    return TextDocumentContentChangePartial(range=Range(Position(*start), Position(*end)), text=text)
+
+
+@pytest.mark.parametrize(
+    "before, changes, after",
+    [
+        ("abc\ndef\n", [change((0, 4), (0, 4), "X")], "abcX\ndef\n"),  # E04
+        ("ab\ncd", [change((1, 1), (1, 99), "")], "ab\nc"),  # E05
+        ("print(1)", [change((0, 0), (1, 0), "")], ""),  # E08
+        ("a\nb\nc", [change((2, 0), (3, 0), "")], "a\nb\n"),  # E08
+        ("a\nb\nc\n", [change((50, 0), (50, 0), "X")], "a\nb\nc\nX"),  # E09
+        ("a\nb\nc\n", [change((1, 1), (0, 0), "")], "\nc\n"),  # E09: reversed range normalised
+        ("a\nb\nc\n", [TextDocumentContentChangeWholeDocument(text="new")], "new"),  # E09: no range
+        ("x", [change((0, 1), (0, 1), "\n"), change((1, 0), (1, 0), "y")], "x\ny"),  # in order
+        ("a\r\nb", [change((0, 1), (0, 9), "Z")], "aZ\r\nb"),  # never splits \r\n
+        ("a\rb", [change((1, 0), (1, 1), "c")], "a\rc"),  # lone CR ends a line
+        ("x\x0cy\nz", [change((1, 0), (1, 1), "w")], "x\x0cy\nw"),  # form feed does not
+        ('e = "😋😋"; e.st', [change((0, 16), (0, 16), "rip()")], 'e = "😋😋"; e.strip()'),
+        ("😋😋", [change((0, 1), (0, 3), "")], "😋"),  # mid-pair columns round down
+    ],
+)
+def test_changes(before, changes, after):
+    store = DocumentStore()
+    store.open(TextDocumentItem(uri=URI, language_id="python", version=1, text=before))
+    doc = store.change(VersionedTextDocumentIdentifier(uri=URI, version=2), changes, UTF16)
+    assert doc.text == after
+    assert doc.version == 2
+
+
+@pytest.mark.parametrize("encoding, column", [(UTF8, 18), (UTF16, 15), (UTF32, 14)])
+def test_changes_use_the_negotiated_encoding(encoding, column):
+    store = DocumentStore()
+    store.open(TextDocumentItem(uri=URI, language_id="python", version=1, text='s = "é😀"; s.st'))
+    doc = store.change(
+        VersionedTextDocumentIdentifier(uri=URI, version=2), [change((0, column), (0, column), "rip")], encoding
+    )
+    assert doc.text == 's = "é😀"; s.strip'
+
+
+def test_unknown_and_closed_documents_are_never_read():
+    store = DocumentStore()
+    assert store.get("file:///etc/hostname") is None
+    unknown = VersionedTextDocumentIdentifier(uri=URI, version=2)
+    assert store.change(unknown, [change((0, 0), (0, 0), "x")], UTF16) is None
+    store.open(TextDocumentItem(uri=URI, language_id="python", version=1, text="a"))
+    assert store.close(URI).text == "a"
+    assert store.get(URI) is None
+    assert URI not in store
+
+
+def test_line_starts_cache_follows_changes():
+    store = DocumentStore()
+    doc = store.open(TextDocumentItem(uri=URI, language_id="python", version=1, text="a\nb"))
+    assert doc.starts == [0, 2]
+    store.change(VersionedTextDocumentIdentifier(uri=URI, version=2), [change((0, 1), (0, 1), "\r\n")], UTF16)
+    assert doc.text == "a\r\n\nb"
+    assert doc.starts == [0, 3, 4]
+    assert doc.cursor(Position(2, 1), UTF16).offset == 5

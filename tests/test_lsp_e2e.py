@@ -1,0 +1,245 @@
+"""End-to-end: the real server process and the real embedded model, driven by pytest-lsp with
+VS Code's and Neovim's capabilities (one server per client for the whole module)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import re
+
+import pytest
+import pytest_lsp
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient
+
+from lsp_client import SERVER, Session, capabilities, start, wait_model_loaded
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_lsp.fixture(config=SERVER, scope="module", params=["visual_studio_code", "neovim"])
+async def client(lsp: LanguageClient, request):
+    lsp.session = await start(lsp, request.param)
+    yield
+    await lsp.shutdown_session()
+
+
+@pytest.fixture(scope="module")
+def session(client) -> Session:
+    return client.session
+
+
+async def test_initialize_announces_what_the_server_does(session: Session):
+    caps = session.result.capabilities
+    assert caps.position_encoding == {"visual_studio_code": "utf-16", "neovim": "utf-8"}[session.name]
+    assert caps.inline_completion_provider is not None
+    assert list(caps.completion_provider.trigger_characters) == ["."]
+    assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    assert caps.text_document_sync.open_close is True
+    assert session.result.server_info.name == "fsm-complete"
+
+
+async def test_model_loading_reports_progress(session: Session):
+    reports = await wait_model_loaded(session.client)
+    assert isinstance(reports[0], types.WorkDoneProgressBegin)
+    assert isinstance(reports[-1], types.WorkDoneProgressEnd)
+    assert reports[-1].message == "model loaded"
+    percentages = [r.percentage for r in reports[1:-1]]
+    assert percentages == sorted(percentages) and all(0 <= p <= 100 for p in percentages)
+    assert not [m for m in session.client.messages if m.type == types.MessageType.Error]
+
+
+async def test_inline_completion_keeps_the_buffer_valid(session: Session):
+    result = await session.inline("def add(a, b):\n    return a█\n")
+    record = await session.engine_request(result.uri)
+    assert record["prefixTail"].endswith("def add(a, b):\n    return a")
+    assert record["suffixHead"] == "\n"
+    assert record["cancelled"] is False
+    for buffer in result.applied():
+        ast.parse(buffer)  # it parsed before the completion
+
+
+async def test_completion_offers_one_single_line_item(session: Session):
+    uri, offset, result = await session.completion("import os\nos.pa█\n")
+    assert result is not None and len(result.items) <= 1
+    for item in result.items:
+        edit = item.text_edit
+        assert edit.range.start == types.Position(line=1, character=3)  # the word before the cursor
+        assert edit.range.start.line == edit.range.end.line
+        assert edit.new_text.startswith("pa") and "\n" not in edit.new_text
+
+
+async def test_incremental_sync_with_multibyte_text_and_crlf(session: Session):
+    text = "x = '中文'\r\ny = '😀'\r\n"
+    uri = session.open(text)
+    enc = session.encoding
+
+    def col(s: str) -> int:
+        return len(s.encode("utf-8")) if enc == "utf-8" else len(s.encode("utf-16-le")) // 2
+
+    def change(line, start, end, new):
+        return types.TextDocumentContentChangePartial(
+            range=types.Range(types.Position(line, start), types.Position(line, end)), text=new
+        )
+
+    # replace 文 on line 0, insert after the emoji on line 1, then a line break inside line 0
+    session.change(uri, 2, change(0, col("x = '中"), col("x = '中文"), "国"))
+    session.change(uri, 3, change(1, col("y = '😀"), col("y = '😀"), "!"))
+    session.change(uri, 4, change(0, col("x = '中国'"), col("x = '中国'"), "\r\nz = 1"))
+    doc = await session.document(uri)
+    assert doc == {"text": "x = '中国'\r\nz = 1\r\ny = '😀!'\r\n", "version": 4}
+
+
+async def test_result_for_an_older_version_is_dropped(session: Session):
+    text = "def area(r):\n    return 3.14 * r"
+    uri = session.open(text)
+    request = session.send_inline(uri, text, len(text))
+    session.change(uri, 2, types.TextDocumentContentChangeWholeDocument(text=text + " * r"))
+    result = await request
+    assert result.items == []
+    record = await session.engine_request(uri)
+    assert record["version"] == 1  # the engine worked on version 1, the answer was dropped
+    assert (await session.document(uri))["version"] == 2
+
+
+async def test_did_change_configuration_applies_to_the_next_request(session: Session):
+    session.client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fsmComplete": {"generation": {"maxTokens": 1}}})
+    )
+    result = await session.inline("value = 1\nprint(val█\n")
+    record = await session.engine_request(result.uri)
+    assert record["tokens"] <= 1
+    session.client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fsmComplete": {"generation": {"maxTokens": 24}}})
+    )
+
+
+async def test_did_change_configuration_without_settings_pulls_them(session: Session):
+    client = session.client
+    client.set_configuration({"generation": {"maxTokens": 2}}, section="fsmComplete")
+    await session.document("untitled:flush")  # earlier notifications are handled, their logs are in
+    seen = len(client.log_messages)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+
+    async def applied():
+        while not any(m.message == "settings updated" for m in client.log_messages[seen:]):
+            await client.wait_for_notification(types.WINDOW_LOG_MESSAGE)
+
+    await asyncio.wait_for(applied(), 60)
+    result = await session.inline("value = 1\nprint(val█\n")
+    assert (await session.engine_request(result.uri))["tokens"] <= 2
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"fsmComplete": {"generation": {"maxTokens": 24}}})
+    )
+
+
+# ---------------------------------------------------------------------------- a model that fails
+
+BROKEN = ClientServerConfig(
+    server_command=SERVER.server_command,
+    server_env=SERVER.server_env,
+)
+
+
+@pytest_lsp.fixture(config=BROKEN, scope="module")
+async def broken(lsp: LanguageClient):
+    settings = {"logLevel": "info", "model": {"path": "/nonexistent/fsm-complete-model"}}
+    lsp.session = await start(lsp, "visual_studio_code", settings)
+    yield
+    await lsp.shutdown_session()
+
+
+async def test_model_load_failure_is_shown_once_and_completions_answer_empty(broken: LanguageClient):
+    session: Session = broken.session
+    result = await session.inline("import os\nos.█")
+    assert result.items == []
+    _, _, completions = await session.completion("import os\nos.█", trigger=".")
+    assert list(completions.items) == []
+    errors = [m for m in broken.messages if m.type == types.MessageType.Error]
+    assert len(errors) == 1
+    assert "/nonexistent/fsm-complete-model" in errors[0].message
+    assert "does not exist" in errors[0].message  # the engine's message, with its fix
+    reports = await wait_model_loaded(broken)
+    assert reports[-1].message == "model loading failed"
+
+
+async def test_capabilities_helper_narrows_neovim_to_e18_input():
+    caps = capabilities("neovim")
+    assert caps.general.position_encodings == ["utf-8", "utf-16"]
+    assert capabilities("visual_studio_code").general.position_encodings is None
+
+
+# ---------------------------------------------------------------------------- TCP and --log-file
+
+
+async def _call(reader, writer, msg_id, method, params=None) -> dict:
+    """Send a request over a byte stream and read messages until its response."""
+    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()
+    writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+    while True:
+        headers = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"Content-Length: (\d+)", headers).group(1))
+        message = json.loads(await reader.readexactly(length))
+        if message.get("id") == msg_id and "method" not in message:
+            return message
+
+
+async def _exit(writer) -> None:
+    body = b'{"jsonrpc": "2.0", "method": "exit"}'
+    writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+
+
+INIT = {"processId": None, "rootUri": None, "capabilities": {}}
+
+
+async def test_tcp_transport():
+    """``--tcp HOST:0`` serves one client on a free port (announced in the log) until exit."""
+    proc = await asyncio.create_subprocess_exec(
+        *SERVER.server_command, "--tcp", "127.0.0.1:0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=SERVER.server_env,
+    )
+    try:
+        async def read_port() -> int:
+            while line := await proc.stderr.readline():
+                if found := re.search(rb"listening on [\d.]+:(\d+)", line):
+                    return int(found.group(1))
+            raise AssertionError("the server exited before listening")
+
+        port = await asyncio.wait_for(read_port(), 60)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        init = await asyncio.wait_for(_call(reader, writer, 1, "initialize", INIT), 60)
+        assert init["result"]["capabilities"]["positionEncoding"] == "utf-16"
+        assert (await asyncio.wait_for(_call(reader, writer, 2, "shutdown"), 60))["result"] is None
+        await _exit(writer)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        writer.close()
+        assert await proc.stdout.read() == b""
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_log_file_keeps_stderr_quiet_and_stdout_protocol_only(tmp_path):
+    log_file = tmp_path / "server.log"
+    proc = await asyncio.create_subprocess_exec(
+        *SERVER.server_command, "--log-file", str(log_file),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=SERVER.server_env,
+    )
+    try:
+        init = await asyncio.wait_for(_call(proc.stdout, proc.stdin, 1, "initialize", INIT), 60)
+        assert "capabilities" in init["result"]
+        await asyncio.wait_for(_call(proc.stdout, proc.stdin, 2, "shutdown"), 60)
+        await _exit(proc.stdin)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        assert await proc.stdout.read() == b""  # nothing but the protocol on stdout
+        assert await proc.stderr.read() == b""
+        assert "exiting with code 0" in log_file.read_text()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
