@@ -6,7 +6,6 @@ offsets; line endings are normalised to ``\\n`` inside and restored on the way o
 
 from __future__ import annotations
 
-import codecs
 import logging
 import threading
 import time
@@ -23,8 +22,19 @@ from .validate import longest_valid
 
 log = logging.getLogger(__name__)
 
+MAX_BACKTRACKS = 4  # dead-end fuses per completion before stopping at the last valid point
 CLOSERS = frozenset(")]}'\":;, ")
 PROSE_MODES = frozenset({pylex.COMMENT, pylex.STR, pylex.STR_OPEN1, pylex.FSTR_LBRACE, pylex.FSPEC})
+
+
+def _ends_mid_character(data: bytes) -> bool:
+    """True when ``data`` ends inside a UTF-8 multi-byte character."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b & 0xC0 != 0x80:  # a lead byte (or ASCII)
+            need = 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+            return need > back
+    return False
 
 
 def dominant_eol(text: str) -> str:
@@ -154,6 +164,10 @@ class Engine:
         self.model_name = lm.name
         self._starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in vocab.tokens], dtype=bool)
         self._not_stop = self._to_device(~np.isin(np.arange(vocab.size), list(set(vocab.eos_ids) | set(builder.stop_ids))))
+        self._partial_ids = [i for i, t in enumerate(vocab.tokens) if t and _ends_mid_character(t)]
+        self._no_control = self._to_device(np.array(
+            [not (t and any(b < 0x20 and b not in (0x09, 0x0A, 0x0D) for b in t)) for t in vocab.tokens]))
+        self._has_nl = self._to_device(np.array([bool(t) and (b"\n" in t or b"\r" in t) for t in vocab.tokens]))
         self._starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in vocab.tokens], dtype=bool)
         self.load_error = None
         report("ready", 100)
@@ -239,31 +253,58 @@ class Engine:
             first_block = self._to_device(first_block)
         tokens = self.index.vocab.tokens
         stop_ids = set(self.builder.stop_ids) | set(self.index.vocab.eos_ids)
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        gen: list[int] = []  # accepted token ids
+        raw_history: list = []  # the unmasked logits [vocab] each accepted token was sampled from
+        banned: dict[int, list[int]] = {}  # step -> token ids that led into a dead end there
+        backtracks = 0
         text = ""
         ends: list[int] = []  # text length after each token (truncation candidates)
         accepting: list[int] = [0]  # ... after each token that leaves the lexer where it may stop
         stop_reason = "max_tokens"
-        for step in range(max_tokens):
+        while len(gen) < max_tokens:
+            step = len(gen)
             if req.cancel is not None and req.cancel.is_set():
                 result.cancelled, stop_reason = True, "cancelled"
                 break
             entry: dict = {}
+            raw = logits
             if guide is not None:
                 tm = time.perf_counter()
-                mask = self._device_mask(guide)
+                mask = self._device_mask(guide) & self._no_control  # policy: no form feeds or other controls
                 if step == 0:
                     mask = mask & self._not_stop  # a completion has at least one token
                     if first_block is not None:
                         mask = mask & ~first_block
-                raw_top = torch.argmax(logits)
-                logits = apply_mask(logits.clone(), mask)
+                if multiline and guide.state.need_indent and guide.state.ls:
+                    mask = mask & ~self._has_nl  # the block body starts on the cursor line, not after blank lines
+                raw_top = torch.argmax(raw)
+                logits = apply_mask(raw.clone(), mask)
+                if step in banned:
+                    logits[banned[step]] = float("-inf")
                 entry["mask_us"] = round((time.perf_counter() - tm) * 1e6, 1)
             tok_t = sample(logits, temperature, top_p, generator)
             if guide is not None:
                 tok, top, best = (int(x) for x in torch.stack([tok_t, raw_top, torch.isfinite(logits).any().long()]).tolist())
-                if not best:  # nothing allowed at all: stop at the last valid point
+                if not best:
+                    # fuse: nothing is allowed here (e.g. after half of a UTF-8 character no token completes):
+                    # step back one token, mask the one that led here, and try again
                     result.fuses += 1
+                    if gen and backtracks < MAX_BACKTRACKS:
+                        backtracks += 1
+                        dead_end_in_char = bool(guide.state.pend)
+                        last = gen.pop()
+                        guide.rollback(1)
+                        self.kv.drop_last(1)
+                        logits = raw_history.pop()
+                        banned.pop(step, None)
+                        # half a character that no token completes: ban every token ending mid-character
+                        banned.setdefault(step - 1, []).extend(self._partial_ids if dead_end_in_char else [last])
+                        ends.pop()
+                        text = text[: ends[-1]] if ends else ""
+                        accepting = [e for e in accepting if e <= len(text)]
+                        result.trace.pop()
+                        result.tokens -= 1
+                        continue
                     stop_reason = "fsm"
                     break
                 if tok != top:
@@ -276,8 +317,10 @@ class Engine:
             if guide is not None and not guide.advance(tok):
                 stop_reason = "fsm"
                 break
+            gen.append(tok)
+            raw_history.append(raw)
             piece = tokens[tok] if tok < len(tokens) and tokens[tok] is not None else b""
-            text += decoder.decode(piece)
+            text = b"".join(tokens[t] or b"" for t in gen).decode("utf-8", "ignore")
             ends.append(len(text))
             if guide is None or guide.is_accepting():
                 accepting.append(len(text))

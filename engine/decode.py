@@ -96,6 +96,12 @@ class KVCache:
         self.cache = out.cache
         return out.logits[0, -1]
 
+    def drop_last(self, n: int) -> None:
+        """Forget the last ``n`` cached tokens (a rolled-back decode step)."""
+        if self.cache is not None and n > 0:
+            self.cache.crop(-n)
+            self.ids = self.ids[:-n]
+
     def note_token(self, token_id: int) -> None:
         if self.ids and self.ids[-1] == -1:
             self.ids[-1] = token_id

@@ -130,7 +130,10 @@ def cmd_serve(args) -> int:
             print(f"fsm-complete serve: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
             return 2
         tcp = (host, int(port))
-    return serve(_settings(args), tcp=tcp, log_file=args.log_file)
+    settings = _settings(args)
+    if args.log_level:
+        settings.log_level = args.log_level
+    return serve(settings, tcp=tcp, log_file=args.log_file)
 
 
 def cmd_train(args) -> int:
@@ -167,7 +170,7 @@ def cmd_bench(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fsm-complete", description="FSM-constrained Python code completion")
-    p.add_argument("--log-level", default="warning", help="debug, info, warning, error (stderr)")
+    p.add_argument("--log-level", help="debug, info, warning, error (stderr; serve: also window/logMessage)")
     sub = p.add_subparsers(dest="command", required=True)
 
     def model_opts(sp):
@@ -212,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING), stream=sys.stderr,
+    logging.basicConfig(level=getattr(logging, str(args.log_level or "warning").upper(), logging.WARNING), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return int(args.func(args) or 0)
 
