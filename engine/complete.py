@@ -18,6 +18,7 @@ from .api import Completion, CompletionRequest
 from .errors import ModelError
 from .fsm import MaskMemo, PrefixLexer, PythonGuide, TokenIndex, default_cache_dir, detect_indent_style
 from .settings import Settings
+from .text import dominant_eol, normalize_eol
 from .validate import longest_valid
 
 log = logging.getLogger(__name__)
@@ -35,22 +36,6 @@ def _ends_mid_character(data: bytes) -> bool:
             need = 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
             return need > back
     return False
-
-
-def dominant_eol(text: str) -> str:
-    """The document's most common line ending (``\\n`` when it has none)."""
-    crlf = text.count("\r\n")
-    cr = text.count("\r") - crlf
-    lf = text.count("\n") - crlf
-    if crlf > lf and crlf >= cr:
-        return "\r\n"
-    if cr > lf and cr > crlf:
-        return "\r"
-    return "\n"
-
-
-def normalize_eol(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def wants_multiline(prefix: str, suffix: str, setting: str) -> bool:
@@ -163,11 +148,12 @@ class Engine:
         self.kv = KVCache(lm.model, lm.device)
         self.model_name = lm.name
         self._starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in vocab.tokens], dtype=bool)
-        self._not_stop = self._to_device(~np.isin(np.arange(vocab.size), list(set(vocab.eos_ids) | set(builder.stop_ids))))
+        self._not_stop = ~np.isin(np.arange(vocab.size), list(set(vocab.eos_ids) | set(builder.stop_ids)))
+        self._logit_size = int(getattr(lm.model.config, "vocab_size", vocab.size) or vocab.size)
         self._partial_ids = [i for i, t in enumerate(vocab.tokens) if t and _ends_mid_character(t)]
-        self._no_control = self._to_device(np.array(
-            [not (t and any(b < 0x20 and b not in (0x09, 0x0A, 0x0D) for b in t)) for t in vocab.tokens]))
-        self._has_nl = self._to_device(np.array([bool(t) and (b"\n" in t or b"\r" in t) for t in vocab.tokens]))
+        self._no_control = np.array(
+            [not (t and any(b < 0x20 and b not in (0x09, 0x0A, 0x0D) for b in t)) for t in vocab.tokens])
+        self._has_nl = np.array([bool(t) and (b"\n" in t or b"\r" in t) for t in vocab.tokens])
         self._starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in vocab.tokens], dtype=bool)
         self.load_error = None
         report("ready", 100)
@@ -209,7 +195,7 @@ class Engine:
     def _complete(self, req: CompletionRequest) -> Completion:
         import torch
 
-        from .decode import apply_mask, sample
+        from .decode import mask_logits, sample
 
         t0 = time.perf_counter()
         s = self.settings
@@ -245,12 +231,12 @@ class Engine:
 
         # first-token policy on a whitespace-only cursor line: the indentation is typed already (no
         # duplicated leading whitespace), and a block body starts with a statement, not a blank line
-        first_block = None
+        first_block = first_kind = None
         if constrained and not cursor_line.strip(" \t"):
+            first_kind = (multiline, bool(cursor_line))
             first_block = self._starts_nl.copy() if multiline else np.zeros_like(self._starts_nl)
             if cursor_line:
                 first_block |= self._starts_ws
-            first_block = self._to_device(first_block)
         tokens = self.index.vocab.tokens
         stop_ids = set(self.builder.stop_ids) | set(self.index.vocab.eos_ids)
         gen: list[int] = []  # accepted token ids
@@ -270,18 +256,13 @@ class Engine:
             raw = logits
             if guide is not None:
                 tm = time.perf_counter()
-                mask = self._device_mask(guide) & self._no_control  # policy: no form feeds or other controls
-                if step == 0:
-                    mask = mask & self._not_stop  # a completion has at least one token
-                    if first_block is not None:
-                        mask = mask & ~first_block
-                if multiline and guide.state.need_indent and guide.state.ls:
-                    mask = mask & ~self._has_nl  # the block body starts on the cursor line, not after blank lines
-                raw_top = torch.argmax(raw)
-                logits = apply_mask(raw.clone(), mask)
+                policy = (step == 0, multiline and guide.state.need_indent and guide.state.ls)
+                blocked = self._blocked_mask(guide, policy, first_block, first_kind)  # bool [vocab]: True = masked
+                logits = mask_logits(raw, blocked)  # [vocab]; raw stays for backtracking
                 if step in banned:
                     logits[banned[step]] = float("-inf")
                 entry["mask_us"] = round((time.perf_counter() - tm) * 1e6, 1)
+                raw_top = torch.argmax(raw)
             tok_t = sample(logits, temperature, top_p, generator)
             if guide is not None:
                 tok, top, best = (int(x) for x in torch.stack([tok_t, raw_top, torch.isfinite(logits).any().long()]).tolist())
@@ -349,7 +330,9 @@ class Engine:
         text = strip_suffix_overlap(text, suffix) if not multiline else text
         if guide is not None:  # stop at the last valid point (not after a dangling '.', '!', escape, ...)
             text = text[: max(e for e in accepting if e <= len(text))] if len(text) not in accepting else text
-        ends = sorted({e for e in ends if e < len(text)} | {len(text)})
+        # truncation candidates: where the FSM could have stopped (every token end when unconstrained)
+        cuts = accepting if guide is not None else ends
+        ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
         pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
         result.validation = "skipped"
         if text and s.constraints.validate:
@@ -385,19 +368,32 @@ class Engine:
 
     # -- device masks -------------------------------------------------------------------------------
 
-    def _device_mask(self, guide: PythonGuide):
-        import torch
-
-        key = guide.state.key()
-        mask = self._device_masks.get(key)
-        if mask is None:
-            mask = self._to_device(guide.allowed_mask())
-            self._device_masks[key] = mask
+    def _blocked_mask(self, guide: PythonGuide, policy: tuple, first_block, first_kind):
+        """The tokens to mask now, bool ``[vocab]`` on the model's device: the FSM's complement plus the
+        decoding policies (no stop token first, first-token rule, no blank first body line, no control
+        characters). Memoised by (lexer state, policy), so a steady-state step is one dict lookup."""
+        key = (guide.state.key(), policy, first_kind if policy[0] else None)
+        blocked = self._device_masks.get(key)
+        if blocked is None:
+            allowed = guide.allowed_mask() & self._no_control
+            first, body_pending = policy
+            if first:
+                allowed = allowed & self._not_stop
+                if first_block is not None:
+                    allowed = allowed & ~first_block
+            if body_pending:
+                allowed = allowed & ~self._has_nl
+            blocked = ~allowed
+            extra = self._logit_size - len(blocked)
+            if extra > 0:  # ids the model has but the tokenizer does not: never allowed
+                blocked = np.concatenate([blocked, np.ones(extra, dtype=bool)])
+            blocked = self._to_device(blocked)
+            self._device_masks[key] = blocked
             if len(self._device_masks) > 4096:
                 self._device_masks.popitem(last=False)
         else:
             self._device_masks.move_to_end(key)
-        return mask
+        return blocked
 
     def _to_device(self, array: np.ndarray):
         import torch

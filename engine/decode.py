@@ -1,6 +1,6 @@
 """Sampling as small pure functions (gpt-fast style) and a KV cache that reuses shared prompt prefixes.
 
-The token mask is applied between logits and probabilities (:func:`apply_mask`). Everything stays on
+The token mask is applied between logits and probabilities (:func:`mask_logits`). Everything stays on
 the model's device; the only host transfer per step is the chosen token id (the FSM runs on the host).
 """
 
@@ -9,16 +9,10 @@ from __future__ import annotations
 import torch
 
 
-def apply_mask(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """Set disallowed logits to -inf in place. ``logits``: ``[vocab]``; ``allowed``: bool ``[vocab]``
-    on the same device (shorter masks leave the extra ids disallowed)."""
-    n = allowed.shape[0]
-    if logits.shape[0] > n:
-        logits[n:] = float("-inf")
-        logits[:n].masked_fill_(~allowed, float("-inf"))
-    else:
-        logits.masked_fill_(~allowed[: logits.shape[0]], float("-inf"))
-    return logits
+def mask_logits(logits: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
+    """``[vocab]`` logits with the ``blocked`` (bool ``[vocab]``, same device) ids set to -inf; a new
+    tensor, one fused fill, no host sync."""
+    return logits.masked_fill(blocked, float("-inf"))
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

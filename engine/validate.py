@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 
+MAX_TRUNCATIONS = 16  # shorter candidates tried (longest first) before a completion is rejected
+
+
 @dataclass(frozen=True)
 class Issue:
     """A problem the completion introduced. ``kind``: ``"tree-sitter"`` or ``"compile"``; ``line`` is
@@ -155,8 +158,14 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str
     full = "".join(pieces)
     if ok(full):
         return len(pieces), "ok"
+    tried = 0
     for k in range(len(pieces) - 1, 0, -1):
         text = "".join(pieces[:k])
-        if text.strip() and ok(text):
+        if not text.strip():
+            continue
+        if ok(text):
             return k, "truncated"
+        tried += 1
+        if tried >= MAX_TRUNCATIONS:
+            break
     return 0, "rejected"

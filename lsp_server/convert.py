@@ -16,6 +16,8 @@ character's start.
 
 from __future__ import annotations
 
+from engine.text import dominant_eol, normalize_eol
+
 import bisect
 import re
 from collections.abc import Sequence
@@ -169,21 +171,9 @@ def to_engine_span(
 # --------------------------------------------------------------------------- line endings
 
 
-def dominant_line_ending(text: str) -> str:
-    """The most frequent line break of ``text`` (``"\\n"`` for none or a tie with ``"\\n"``)."""
-    crlf = text.count("\r\n")
-    cr = text.count("\r") - crlf
-    lf = text.count("\n") - crlf
-    if crlf > lf and crlf >= cr:
-        return "\r\n"
-    if cr > lf and cr > crlf:
-        return "\r"
-    return "\n"
-
-
-def normalise_line_endings(text: str) -> str:
-    """``\\r\\n`` and lone ``\\r`` become ``\\n``."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+# one definition of line breaks, shared with the engine
+dominant_line_ending = dominant_eol
+normalise_line_endings = normalize_eol
 
 
 def with_line_ending(text: str, eol: str) -> str:
