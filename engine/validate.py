@@ -142,28 +142,34 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str
     base_error = first_error(rp + rs)
     cursor = len(rp)
 
-    def ok(text: str) -> bool:
+    def check(text: str) -> tuple[bool, int | None]:
+        """(acceptable, CPython's first error offset in the candidate buffer or None)."""
+        err = first_error(rp + text + rs)
         e1, m1 = count_syntax_errors(rp + text + rs)
         if e1 > e0 or m1 > m0:
-            return False
-        err = first_error(rp + text + rs)
+            return False, err
         if err is None:
-            return True
+            return True, None
         if base_error is None:
-            return False
+            return False, err
         if base_error >= cursor:
-            return err > cursor + len(text)
-        return True  # an unrelated error before the cursor: tree-sitter's verdict stands
+            return err > cursor + len(text), err
+        return True, err  # an unrelated error before the cursor: tree-sitter's verdict stands
 
     full = "".join(pieces)
-    if ok(full):
+    good, err = check(full)
+    if good:
         return len(pieces), "ok"
+    limit = len(full)
     tried = 0
     for k in range(len(pieces) - 1, 0, -1):
+        if err is not None and cursor <= err < cursor + limit:
+            limit = err - cursor  # a shorter candidate must end before the first error
         text = "".join(pieces[:k])
-        if not text.strip():
+        if not text.strip() or len(text) > limit:
             continue
-        if ok(text):
+        good, err = check(text)
+        if good:
             return k, "truncated"
         tried += 1
         if tried >= MAX_TRUNCATIONS:
