@@ -787,6 +787,8 @@ class FsmCompleteServer(LanguageServer):
                 tokens=completion.tokens,
                 stopReason=completion.stop_reason,
                 cancelled=completion.cancelled or request.cancel.is_set(),
+                fuses=completion.fuses,
+                latencyMs=completion.timings_ms.get("total", 0.0),
             )
             logger.debug(
                 "request %r: %d tokens, stop %s%s, %.0f ms",
