@@ -154,6 +154,7 @@ class Engine:
         self._no_control = np.array(
             [not (t and any(b < 0x20 and b not in (0x09, 0x0A, 0x0D) for b in t)) for t in vocab.tokens])
         self._has_nl = np.array([bool(t) and (b"\n" in t or b"\r" in t) for t in vocab.tokens])
+        self._starts_space = np.array([bool(t) and t[:1] == b" " for t in vocab.tokens], dtype=bool)
         self._starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in vocab.tokens], dtype=bool)
         self.load_error = None
         report("ready", 100)
@@ -211,15 +212,24 @@ class Engine:
         constrained = req.constraints and s.constraints.enabled
         result = Completion(text="", multiline=multiline)
 
-        prompt = self.builder.build(prefix, suffix)
         cursor_line = prefix[prefix.rfind("\n") + 1 :]
+        # token healing: BPE tokens carry their leading space (" '__main__'"), so a space typed before
+        # the cursor is handed back to the model, which must start with it; it is removed afterwards
+        heal = ""
         guide = None
         if constrained:
-            state, _recoveries = self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
+            style = detect_indent_style(prefix)
+            if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  "):
+                state, _recoveries = self.prefix_lexer.lex(prefix[:-1], style)
+                if state.mode not in PROSE_MODES:
+                    heal = " "
+            if not heal:
+                state, _recoveries = self.prefix_lexer.lex(prefix, style)
             if s.constraints.code_only and state.mode not in PROSE_MODES:
                 state = state.copy()
                 state.code_only = True  # completing code: comments are masked (generation policy)
             guide = PythonGuide(self.index, state, self.memo)
+        prompt = self.builder.build(prefix[: len(prefix) - len(heal)], suffix)
         t1 = time.perf_counter()
         logits, reused = self.kv.prefill(prompt.ids)
         t2 = time.perf_counter()
@@ -232,7 +242,10 @@ class Engine:
         # first-token policy on a whitespace-only cursor line: the indentation is typed already (no
         # duplicated leading whitespace), and a block body starts with a statement, not a blank line
         first_block = first_kind = None
-        if constrained and not cursor_line.strip(" \t"):
+        if heal:
+            first_kind = "heal"
+            first_block = ~self._starts_space
+        elif constrained and not cursor_line.strip(" \t"):
             first_kind = (multiline, bool(cursor_line))
             first_block = self._starts_nl.copy() if multiline else np.zeros_like(self._starts_nl)
             if cursor_line:
@@ -318,6 +331,10 @@ class Engine:
                 break
             logits = self.kv.decode_one_token(tok)
         t3 = time.perf_counter()
+        if heal and text.startswith(heal):  # the healed space is the user's already
+            text = text[len(heal):]
+            ends = [e - len(heal) for e in ends if e > len(heal)]
+            accepting = [0] + [e - len(heal) for e in accepting if e > len(heal)]
 
         # policy cut
         if not multiline:

@@ -144,6 +144,10 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str
 
     def check(text: str) -> tuple[bool, int | None]:
         """(acceptable, CPython's first error offset in the candidate buffer or None)."""
+        if text.rstrip(" \t").endswith(":") and not rs.strip():
+            # a new block opener at the end: the user writes its body next; judge it with a stand-in body
+            line = (rp + text).rsplit("\n", 1)[-1]
+            text = text.rstrip(" \t") + "\n" + line[: len(line) - len(line.lstrip(" \t"))] + "    pass"
         err = first_error(rp + text + rs)
         e1, m1 = count_syntax_errors(rp + text + rs)
         if e1 > e0 or m1 > m0:

@@ -72,7 +72,7 @@ def cmd_complete(args) -> int:
         print(f"fsm-complete complete: {exc}", file=sys.stderr)
         return 2
     try:
-        if file == "-":
+        if file in ("-", STDIN):
             data = sys.stdin.buffer.read()
         else:
             data = Path(file).read_bytes()
@@ -213,7 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+STDIN = "\x00stdin"  # stands for FILE "-" while argparse reads the arguments
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # ``-:LINE:COL`` would look like an option to argparse
+    argv = [STDIN + a[1:] if a.startswith("-:") else a for a in argv]
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, str(args.log_level or "warning").upper(), logging.WARNING), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,64 @@
+"""The ``fsm-complete`` command as a user runs it (real process, real embedded model)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lsp_server.cli import offset_of, parse_location
+
+CLI = [sys.executable, "-m", "lsp_server.cli"]
+
+
+def run(*args, stdin: str | None = None):
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def test_complete_from_stdin_with_json():
+    src = "import os\n\n\ndef main():\n    return os.path.join('a', 'b')\n\n\nos.\n"
+    proc = run("complete", "-:8:4", "--json", stdin=src)
+    assert proc.returncode == 0, proc.stderr
+    item = json.loads(proc.stdout)
+    assert item["range"]["start"] == {"line": 8, "column": 4}
+    assert set(item["timings_ms"]) >= {"prompt", "prefill", "decode", "validate", "total"}
+    assert len(item["trace"]) == item["tokens"]
+    lines = src.split("\n")
+    lines[7] = lines[7][:3] + item["text"] + lines[7][3:]
+    ast.parse("\n".join(lines)) if item["text"] else None
+
+
+def test_unconstrained_baseline_runs():
+    proc = run("complete", "examples/demo.py:20:16", "--no-constraints", "--json", "--max-tokens", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert all("mask_us" not in step for step in json.loads(proc.stdout)["trace"])
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["complete", "nope.py:1:1"], "cannot read nope.py"),
+        (["complete", "examples/demo.py:0:1"], "1-based"),
+        (["complete", "examples/demo.py:abc"], "expected FILE:LINE:COL"),
+        (["complete", "examples/demo.py:1:1", "--model", "/nonexistent/model"], "does not exist"),
+    ],
+)
+def test_bad_input_fails_cleanly(args, message):
+    proc = run(*args)
+    assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("spec,want", [("a.py:3:7", ("a.py", 3, 7)), ("C:/x/a.py:1:1", ("C:/x/a.py", 1, 1))])
+def test_parse_location(spec, want):
+    assert parse_location(spec) == want
+
+
+@pytest.mark.parametrize(
+    "text,line,col,want",
+    [("ab\ncd\n", 2, 2, 4), ("ab\ncd", 2, 99, 5), ("ab\r\ncd", 2, 1, 4), ("ab\n", 9, 1, 3), ("a\rb", 2, 2, 3)],
+)
+def test_offset_of_clamps_like_lsp(text, line, col, want):
+    assert offset_of(text, line, col) == want
