@@ -7,7 +7,8 @@ the handlers at the bottom of this module are thin: fetch the document, call the
 Where stock pygls 2.1.1 is not enough, :class:`FsmCompleteProtocol` takes over:
 
 - every request is answered exactly once: malformed params get -32602, a body that is not JSON
-  -32700, an unknown method -32601, a request after ``shutdown`` -32600, a cancelled one -32800;
+  (or nested too deep to parse) -32700, an unknown method -32601, a request after ``shutdown`` or
+  a notification method sent with an id -32600, a cancelled one -32800;
 - document text is kept in :class:`~lsp_server.document.DocumentStore`, never pygls' workspace
   (which reads unknown URIs from disk and mis-clamps ranges);
 - ``exit`` ends the process with 0 after ``shutdown`` and 1 without (LSP 3.17); end of input
@@ -31,6 +32,7 @@ import time
 import uuid
 from typing import Any, BinaryIO, Callable
 
+import attrs
 from cattrs.errors import BaseValidationError
 from lsprotocol import types
 from pygls.exceptions import (
@@ -64,7 +66,8 @@ DOCUMENT_TEXT = "fsmComplete/documentText"
 LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> what the engine last saw for that document
 (``offset`` in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``) and, once
-decoding ended, how (``tokens``, ``stopReason``, ``cancelled``); null when it saw nothing."""
+decoding ended, how (``tokens``, ``stopReason``, ``cancelled``, ``promptTokens``: the prompt's length
+in tokens after truncation to the model window); null when it saw nothing."""
 
 _LOGGERS = ("lsp_server", "engine")  # forwarded to the client as window/logMessage
 _PROGRESS_CREATE_TIMEOUT_S = 10.0
@@ -98,7 +101,7 @@ class FsmCompleteProtocol(LanguageServerProtocol):
         """Handle one message body (the bytes after the headers). Never raises."""
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep: not JSON we read
             logger.warning("message body is not JSON (%s): %.200r", exc, body)
             self._send_error(None, JsonRpcParseError(f"Parse error: {exc}"))
             return
@@ -124,6 +127,12 @@ class FsmCompleteProtocol(LanguageServerProtocol):
         if "id" in data and _valid_id(msg_id) is None:
             self._send_error(None, JsonRpcInvalidRequest('Invalid Request: "id" must be an integer or a string'))
             return
+        if _is_request(data) and self._is_notification_method(data["method"]):
+            # A message with an id is a request and gets an answer (JSON-RPC 2.0 §4); LSP defines
+            # this method as a notification, so it is refused rather than run without one.
+            reason = f"Invalid Request: {data['method']} is a notification and must not carry an id"
+            self._send_error(msg_id, JsonRpcInvalidRequest(reason))
+            return
         try:
             message = self._structure(data)
         except Exception as exc:
@@ -135,6 +144,11 @@ class FsmCompleteProtocol(LanguageServerProtocol):
                 logger.warning("ignoring malformed message %.200r: %s", data, _validation_detail(exc))
             return
         self.handle_message(message)
+
+    def _is_notification_method(self, method: str) -> bool:
+        """Whether LSP defines ``method`` as a notification (its message type has no ``id``)."""
+        cls = self.get_message_type(method)
+        return cls is not None and attrs.has(cls) and "id" not in attrs.fields_dict(cls)
 
     def _structure(self, data: dict) -> Any:
         """``data`` as a typed message (lsprotocol types for known methods). Raises on bad params."""
@@ -788,6 +802,7 @@ class FsmCompleteServer(LanguageServer):
                 stopReason=completion.stop_reason,
                 cancelled=completion.cancelled or request.cancel.is_set(),
                 fuses=completion.fuses,
+                promptTokens=completion.prompt_tokens,
                 latencyMs=completion.timings_ms.get("total", 0.0),
             )
             logger.debug(

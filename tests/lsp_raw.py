@@ -41,6 +41,8 @@ class RawServer:
             stderr=subprocess.PIPE,
         )
         self.messages: list[dict] = []
+        self._answers: dict[str, list[dict]] = {}  # responses by json.dumps(id), see responses_to
+        self.arrivals: dict[str, float] = {}  # time.monotonic() of each id's first response
         self.stderr: list[bytes] = []
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
@@ -71,6 +73,10 @@ class RawServer:
                     self.send({"jsonrpc": "2.0", "id": message["id"], "result": None})
                 with self._cond:
                     self.messages.append(message)
+                    if "method" not in message and "id" in message:
+                        key = _id_key(message["id"])
+                        self._answers.setdefault(key, []).append(message)
+                        self.arrivals.setdefault(key, time.monotonic())
                     self._cond.notify_all()
         finally:
             with self._cond:
@@ -122,11 +128,31 @@ class RawServer:
                 self._cond.wait(remaining)
 
     def response(self, msg_id, timeout: float = 60.0) -> dict:
-        return self.wait_for(lambda m: m.get("id") == msg_id and "method" not in m, timeout)
+        """The first response to ``msg_id``, waiting up to ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        key = _id_key(msg_id)
+        with self._cond:
+            while not self._answers.get(key):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._eof:
+                    raise TimeoutError(f"no response to {msg_id!r}; received {self.messages[-5:]!r}")
+                self._cond.wait(remaining)
+            return self._answers[key][0]
 
     def responses_to(self, msg_id) -> list[dict]:
+        """Every response received so far for ``msg_id`` (``None``: the ``"id": null`` errors)."""
         with self._cond:
-            return [m for m in self.messages if m.get("id") == msg_id and "method" not in m]
+            return list(self._answers.get(_id_key(msg_id), ()))
+
+    def arrival(self, msg_id) -> float | None:
+        """``time.monotonic()`` when the first response to ``msg_id`` arrived; None before."""
+        with self._cond:
+            return self.arrivals.get(_id_key(msg_id))
+
+    def answered_ids(self) -> dict[str, int]:
+        """How many responses arrived per id, keyed by ``json.dumps(id)``."""
+        with self._cond:
+            return {key: len(answers) for key, answers in self._answers.items()}
 
     def call(self, method: str, params=None, timeout: float = 60.0) -> dict:
         return self.response(self.request(method, params), timeout)
@@ -161,3 +187,16 @@ class RawServer:
 
     def stderr_text(self) -> str:
         return b"".join(self.stderr).decode("utf-8", "replace")
+
+    def rss_mb(self) -> float:
+        """The server process's resident set size (``VmRSS`` in ``/proc/PID/status``), in MiB."""
+        with open(f"/proc/{self.proc.pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS line")
+
+
+def _id_key(msg_id) -> str:
+    """A dictionary key for a JSON-RPC id that keeps ``1``, ``"1"`` and ``true`` apart."""
+    return json.dumps(msg_id)
