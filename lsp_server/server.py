@@ -415,6 +415,7 @@ class FsmCompleteServer(LanguageServer):
         self._wake: asyncio.Queue | None = None
         self._engine = None
         self._engine_error: str | None = None
+        self._shown_errors: set[str] = set()  # decode failures already shown with window/showMessage
         self._engine_ready = asyncio.Event()
         self._load_task: asyncio.Task | None = None
         self._load_generation = 0
@@ -820,8 +821,17 @@ class FsmCompleteServer(LanguageServer):
         except asyncio.CancelledError:
             request.cancel.set()
             raise
-        except Exception:
-            logger.exception("the engine failed on a request")
+        except Exception as exc:
+            from engine.errors import ModelError
+
+            if isinstance(exc, ModelError):  # e.g. out of memory: the user can act on it, tell them once
+                logger.error("completion failed: %s", exc)
+                if str(exc) not in self._shown_errors:
+                    self._shown_errors.add(str(exc))
+                    self.window_show_message(types.ShowMessageParams(
+                        type=types.MessageType.Error, message=f"fsm-complete: {exc}"))
+            else:
+                logger.exception("the engine failed on a request")
             return None
 
     def cancel(self, msg_id) -> None:

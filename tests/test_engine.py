@@ -134,3 +134,17 @@ def test_suffix_overlap(text, suffix, want):
 @pytest.mark.parametrize("text,eol", [("a\nb\n", "\n"), ("a\r\nb\r\n", "\r\n"), ("a\rb\r", "\r"), ("x", "\n")])
 def test_dominant_eol(text, eol):
     assert dominant_eol(text) == eol
+
+
+def test_out_of_memory_during_decode_is_a_clear_error_and_the_engine_recovers(engine, monkeypatch):
+    from engine.errors import ModelError
+
+    def oom(token_id):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with monkeypatch.context() as m:
+        m.setattr(engine.kv, "decode_one_token", oom)
+        with pytest.raises(ModelError, match="out of memory during decoding.*lower max tokens"):
+            engine.complete(CompletionRequest(prefix="def f(x):\n    return ", suffix="\n", max_tokens=8))
+    after = engine.complete(CompletionRequest(prefix="x = [1, 2, ", suffix="]\n", max_tokens=4))
+    assert after.prompt_tokens > 0 and after.reused_tokens == 0  # the KV cache was reset
