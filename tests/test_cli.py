@@ -62,3 +62,12 @@ def test_parse_location(spec, want):
 )
 def test_offset_of_clamps_like_lsp(text, line, col, want):
     assert offset_of(text, line, col) == want
+
+
+def test_cuda_requested_but_absent_exits_with_the_fix():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the message when CUDA is absent")
+    proc = run("complete", "examples/demo.py:20:16", "--device", "cuda")
+    assert proc.returncode == 1 and "CUDA is not available" in proc.stderr and "Traceback" not in proc.stderr
