@@ -78,14 +78,10 @@ class KVCache:
         return out.logits[0, -1], reuse  # [vocab]
 
     @torch.inference_mode()
-    def decode_one_token(self, token_id: torch.Tensor | int) -> torch.Tensor:
-        """Append one token (0-d tensor or int) and return the next logits ``[vocab]``."""
-        if isinstance(token_id, int):
-            inp = torch.tensor([[token_id]], dtype=torch.long, device=self.device)
-            self.ids.append(token_id)
-        else:
-            inp = token_id.view(1, 1)
-            self.ids.append(-1)  # filled in by note_token once the id is on the host
+    def decode_one_token(self, token_id: int) -> torch.Tensor:
+        """Append one token and return the next logits ``[vocab]``."""
+        inp = torch.tensor([[token_id]], dtype=torch.long, device=self.device)  # [1, 1]
+        self.ids.append(token_id)
         out = self.model(input_ids=inp, cache=self.cache, use_cache=True)
         self.cache = out.cache
         return out.logits[0, -1]
@@ -95,7 +91,3 @@ class KVCache:
         if self.cache is not None and n > 0:
             self.cache.crop(-n)
             self.ids = self.ids[:-n]
-
-    def note_token(self, token_id: int) -> None:
-        if self.ids and self.ids[-1] == -1:
-            self.ids[-1] = token_id

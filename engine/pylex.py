@@ -49,7 +49,6 @@ OCT = frozenset("01234567")
 BIN = frozenset("01")
 DIGITS = frozenset("0123456789")
 NUMBER_KEYWORDS = ("and", "as", "assert", "async", "await", "else", "for", "from", "if", "in", "is", "not", "or")
-NUMBER_MODES = frozenset(range(NUM_INT, NUM_END + 1))
 # modes in which the lexer may stop (the buffer so far ends at a token boundary or inside a string,
 # comment or name); the others need more characters to form a valid token
 STOPPABLE = frozenset(
@@ -154,14 +153,6 @@ class Lex:
         b = self.brackets if len(self.brackets) <= 2 else (UNK,) + self.brackets[-2:]
         return (self.mode, self.sp, self.q, self.tri, self.raw, self.byt, self.fs, self.qn, self.esc, b,
                 self.ls, None if self.ls else self.ws, self.opener, self.need_indent, self.cr, self.pend, self.code_only)
-
-    @property
-    def in_string(self) -> bool:
-        return self.mode in (STR, FSTR_LBRACE, FSTR_RBRACE, FSPEC) or (self.mode == STR_OPEN1)
-
-    @property
-    def depth(self) -> int:
-        return len(self.brackets)
 
     def describe(self) -> str:
         return f"{MODE_NAMES.get(self.mode, self.mode)} brackets={''.join(str(b[0]) for b in self.brackets)!r}"

@@ -77,11 +77,6 @@ def first_error(source: str) -> int | None:
         return 0
 
 
-def compiles(source: str) -> bool:
-    """True when CPython compiles ``source`` to an AST."""
-    return first_error(source) is None
-
-
 _CONTINUATIONS = ("else", "elif", "except", "finally", "case")
 
 
@@ -114,51 +109,56 @@ def region(prefix: str, suffix: str) -> tuple[str, str]:
     return prefix[start:], suffix[:end]
 
 
-def validate(prefix: str, completion: str, suffix: str) -> list[Issue]:
-    """Issues that inserting ``completion`` between ``prefix`` and ``suffix`` introduces (empty = fine)."""
-    rp, rs = region(prefix, suffix)
-    before = rp + rs
-    after = rp + completion + rs
-    issues: list[Issue] = []
-    e0, m0 = count_syntax_errors(before)
-    e1, m1 = count_syntax_errors(after)
-    if e1 > e0 or m1 > m0:
-        issues.append(Issue("tree-sitter", rp.count("\n"), f"ERROR nodes {e0}->{e1}, MISSING nodes {m0}->{m1}"))
-    elif compiles(before) and not compiles(after):
-        issues.append(Issue("compile", rp.count("\n"), "the region no longer compiles"))
-    return issues
-
-
-def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str]:
-    """Longest ``k`` such that ``"".join(pieces[:k])`` introduces no issue; returns ``(k, verdict)``
-    with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0).
+class _Judge:
+    """The acceptance rule for text inserted at the cursor, against the enclosing region.
 
     A candidate is refused when tree-sitter finds more ERROR/MISSING nodes than without it, or when
     CPython's first error lies inside the inserted text (or right after it) while the region either
     compiled without it or failed only at or after the cursor (the user's unfinished text there).
+    A new block opener at the end of the buffer is judged with a stand-in body.
     """
-    rp, rs = region(prefix, suffix)
-    e0, m0 = count_syntax_errors(rp + rs)
-    base_error = first_error(rp + rs)
-    cursor = len(rp)
 
-    def check(text: str) -> tuple[bool, int | None]:
-        """(acceptable, CPython's first error offset in the candidate buffer or None)."""
+    def __init__(self, prefix: str, suffix: str):
+        self.rp, self.rs = region(prefix, suffix)
+        self.e0, self.m0 = count_syntax_errors(self.rp + self.rs)
+        self.base_error = first_error(self.rp + self.rs)
+        self.cursor = len(self.rp)
+
+    def check(self, text: str) -> tuple[Issue | None, int | None]:
+        """``(issue or None, CPython's first error offset in the candidate region or None)``."""
+        rp, rs = self.rp, self.rs
         if text.rstrip(" \t").endswith(":") and not rs.strip():
-            # a new block opener at the end: the user writes its body next; judge it with a stand-in body
             line = (rp + text).rsplit("\n", 1)[-1]
             text = text.rstrip(" \t") + "\n" + line[: len(line) - len(line.lstrip(" \t"))] + "    pass"
         err = first_error(rp + text + rs)
         e1, m1 = count_syntax_errors(rp + text + rs)
-        if e1 > e0 or m1 > m0:
-            return False, err
+        where = rp.count("\n")
+        if e1 > self.e0 or m1 > self.m0:
+            return Issue("tree-sitter", where, f"ERROR nodes {self.e0}->{e1}, MISSING nodes {self.m0}->{m1}"), err
         if err is None:
-            return True, None
-        if base_error is None:
-            return False, err
-        if base_error >= cursor:
-            return err > cursor + len(text), err
-        return True, err  # an unrelated error before the cursor: tree-sitter's verdict stands
+            return None, None
+        if self.base_error is None:
+            return Issue("compile", where, "the region no longer compiles"), err
+        if self.base_error >= self.cursor and err <= self.cursor + len(text):
+            return Issue("compile", where, "CPython's first error is inside the completion"), err
+        return None, err  # the error lies past the insertion, or is an unrelated one before the cursor
+
+
+def validate(prefix: str, completion: str, suffix: str) -> list[Issue]:
+    """Issues that inserting ``completion`` between ``prefix`` and ``suffix`` introduces (empty = fine)."""
+    issue, _ = _Judge(prefix, suffix).check(completion)
+    return [issue] if issue else []
+
+
+def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str]:
+    """Longest ``k`` such that ``"".join(pieces[:k])`` introduces no issue (:class:`_Judge`); returns
+    ``(k, verdict)`` with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0)."""
+    judge = _Judge(prefix, suffix)
+    cursor = judge.cursor
+
+    def check(text: str) -> tuple[bool, int | None]:
+        issue, err = judge.check(text)
+        return issue is None, err
 
     full = "".join(pieces)
     good, err = check(full)
