@@ -29,6 +29,7 @@ class CompletionRequest:
     top_p: float | None = None
     constraints: bool = True  # False: unconstrained baseline from the same model
     seed: int = 0
+    path: str | None = None  # the document's file path (static resolution, pyproject.toml policy); None: unsaved
     cancel: threading.Event | None = None  # set() stops decoding at the next token
     on_token: Callable[[str], None] | None = None  # streaming: called with each new text piece
 
@@ -55,3 +56,5 @@ class Completion:
     validation: str = ""  # "ok" | "truncated" | "rejected"
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: list[dict] = field(default_factory=list)
+    fingerprint: dict = field(default_factory=dict)  # engine.fingerprint.Fingerprint.as_dict() (constrained runs)
+    semantics: dict = field(default_factory=dict)  # slot state before/after, member access, refusals, fuse events

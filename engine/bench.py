@@ -5,7 +5,13 @@ library files of the default model; ``--corpus DIR`` for any directory). Kinds:
 
 * ``line``  — cursor at a random point inside a line of code; target = the rest of the line;
 * ``args``  — cursor right after the ``(`` of a single-line call; target = its argument list;
-* ``block`` — cursor after the indentation of the first line of a block body; target = the body.
+* ``block`` — cursor after the indentation of the first line of a block body; target = the body;
+* ``slots`` — cursor inside the argument list of a real ``requests``/``httpx``/``subprocess.run``/
+  ``open``/``yaml.load`` call; target = the rest of the argument list (:mod:`engine.bench_slots`:
+  corpus, cursor rule, and the ``slot_violations``/``unknown_keywords`` metrics).
+
+``--kinds`` picks the kinds (default: ``line,args,block``, plus ``slots`` when its corpus has such
+calls; the tasks are split in equal shares).
 
 Each task's document is the real file with the target removed; the completion is inserted where
 the target was. Every task runs twice with the same model, prompt and seed: constrained and
@@ -13,6 +19,8 @@ unconstrained. ``syntax_valid`` counts the tasks (whose original file parses) wh
 document parses with CPython's ``ast``. Latencies are engine end to end (prompt building to
 validated text), in ms. ``--tokenizer qwen`` measures the FSM alone on Qwen2.5-Coder's 151k-token
 vocabulary (table build, cache load, per-token mask time while replaying files).
+``--exactness`` measures the FSM alone on mutated real lines (:mod:`engine.exactness`): how many
+invalid files the masks let through.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-KINDS = ("line", "args", "block")
+KINDS = ("line", "args", "block")  # sampled by :func:`sample_tasks`
+ALL_KINDS = KINDS + ("slots",)  # slots: :mod:`engine.bench_slots`
 
 
 @dataclass
@@ -168,14 +177,32 @@ def summarize(rows: list[dict]) -> dict:
         }
 
     out = block(rows)
-    out["by_kind"] = {k: block([r for r in rows if r["kind"] == k]) for k in KINDS if any(r["kind"] == k for r in rows)}
+    out["by_kind"] = {k: block([r for r in rows if r["kind"] == k]) for k in ALL_KINDS
+                      if any(r["kind"] == k for r in rows)}
+    if "slots" in out["by_kind"]:
+        from .bench_slots import summarize_slots
+
+        slots = summarize_slots([r for r in rows if r["kind"] == "slots"])
+        out["by_kind"]["slots"].update(slots)
+        for key in ("slot_violations", "slot_violations_original", "unknown_keywords", "unknown_keywords_original"):
+            out[key] = slots[key]
     return out
 
 
-def run_task(engine, task: Task, constrained: bool, seed: int, warm: bool) -> dict:
+def _request(task: Task, **kw):
+    """The task's :class:`CompletionRequest`, with the file's path where the API takes one (an editor
+    sends it: static resolution of callees and ``pyproject.toml`` policy depend on it)."""
+    import dataclasses
+
     from .api import CompletionRequest
 
-    res = engine.complete(CompletionRequest(prefix=task.prefix, suffix=task.suffix, constraints=constrained, seed=seed))
+    if "path" in {f.name for f in dataclasses.fields(CompletionRequest)}:
+        kw["path"] = task.path
+    return CompletionRequest(**kw)
+
+
+def completion_row(task: Task, res) -> dict:
+    """The metrics of one task's :class:`engine.api.Completion` (one row of tasks.jsonl)."""
     doc = task.prefix + res.text + task.suffix[res.replace_suffix :]
     row = {
         "kind": task.kind,
@@ -193,10 +220,20 @@ def run_task(engine, task: Task, constrained: bool, seed: int, warm: bool) -> di
         "text": res.text,
         "target": task.target,
     }
+    if task.kind == "slots":
+        from .bench_slots import add_slot_fields
+
+        add_slot_fields(row, task, doc)
+    return row
+
+
+def run_task(engine, task: Task, constrained: bool, seed: int, warm: bool) -> dict:
+    res = engine.complete(_request(task, prefix=task.prefix, suffix=task.suffix, constraints=constrained, seed=seed))
+    row = completion_row(task, res)
     if warm and task.target:
         t0 = time.perf_counter()
-        engine.complete(CompletionRequest(prefix=task.prefix + task.target[0], suffix=task.suffix,
-                                          constraints=constrained, seed=seed))
+        engine.complete(_request(task, prefix=task.prefix + task.target[0], suffix=task.suffix,
+                                 constraints=constrained, seed=seed))
         row["warm_ms"] = (time.perf_counter() - t0) * 1e3
     return row
 
@@ -238,6 +275,9 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
         ck, uk = c["by_kind"][k], u["by_kind"][k]
         lines.append(f"| {k} | {ck['n']} | {ck['syntax_valid']} | {uk['syntax_valid']} | {ck['exact_match']} | "
                      f"{uk['exact_match']} |")
+    from .bench_slots import report_lines
+
+    lines += report_lines(report)
     lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", ""]
     (out / "report.md").write_text("\n".join(lines))
     _plots(report, rows, out)
@@ -289,9 +329,61 @@ def corpus(args) -> list[Path]:
     return held_out_files()
 
 
+def parse_kinds(spec: str | None) -> tuple[list[str], bool]:
+    """``(kinds, slots_optional)`` from ``--kinds`` (comma-separated); None: the default, where
+    ``slots`` is dropped when its corpus has no call. Raises ValueError naming the valid kinds."""
+    if spec is None:
+        return list(ALL_KINDS), True
+    kinds = [k.strip() for k in spec.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in ALL_KINDS]
+    if bad or not kinds:
+        raise ValueError(f"--kinds: unknown kind(s) {bad or spec!r}; choose from {','.join(ALL_KINDS)}")
+    return list(dict.fromkeys(kinds)), False
+
+
+def _kinds_arg(spec: str) -> str:
+    import argparse
+
+    try:
+        parse_kinds(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return spec
+
+
+def sample_all(args) -> tuple[list[Task], dict]:
+    """The tasks of every requested kind (equal shares of ``args.tasks``) and the slot corpus facts."""
+    kinds, slots_optional = parse_kinds(getattr(args, "kinds", None))
+    meta: dict = {}
+    slot_tasks: list = []
+    if "slots" in kinds:
+        from .bench_slots import ruff_version, sample_slot_tasks, slot_files
+
+        files = slot_files(args.corpus)
+        share = args.tasks // len(kinds) + (1 if kinds.index("slots") < args.tasks % len(kinds) else 0)
+        slot_tasks, found = sample_slot_tasks(files, share, args.seed)
+        if not found and slots_optional:
+            kinds.remove("slots")
+        else:
+            meta = {"corpus": args.corpus or "standard library + site-packages", "files_scanned": len(files),
+                    "calls_found": found, "ruff": ruff_version(), "signatures": "engine.signatures.resolve_call",
+                    "cursor": {c: sum(t.cursor == c for t in slot_tasks) for c in ("open_paren", "after_first_arg")}}
+            print(f"bench slots: calls found {found}", file=sys.stderr)
+    base = [k for k in kinds if k != "slots"]
+    n_base = sum(args.tasks // len(kinds) + (1 if i < args.tasks % len(kinds) else 0)
+                 for i, k in enumerate(kinds) if k != "slots")
+    tasks = sample_tasks(corpus(args), n_base, args.seed, tuple(base)) if base else []
+    return tasks + (slot_tasks if "slots" in kinds else []), meta
+
+
 def run_bench(args, lsp_timer=None) -> dict:
     """Run the benchmark and write the report. ``lsp_timer(tasks, constrained) -> [ms]`` (optional)
-    times the same tasks through a real server process (provided by the LSP layer)."""
+    times the same tasks through a real server process (provided by the LSP layer). With
+    ``--exactness`` only the FSM exactness measurement runs (:func:`engine.exactness.run_exactness`)."""
+    if getattr(args, "exactness", False):
+        from .exactness import run_exactness
+
+        return run_exactness(args)
     from tqdm import tqdm
 
     from .api import CompletionRequest
@@ -305,7 +397,7 @@ def run_bench(args, lsp_timer=None) -> dict:
         settings.model.device = args.device
     engine = Engine(settings)
     engine.load()
-    tasks = sample_tasks(corpus(args), args.tasks, args.seed)
+    tasks, slots_meta = sample_all(args)
     rows: dict[str, list[dict]] = {"constrained": [], "unconstrained": []}
     # warm-up request (first-call allocations) kept out of the figures
     engine.complete(CompletionRequest(prefix="x = ", suffix=""))
@@ -319,10 +411,13 @@ def run_bench(args, lsp_timer=None) -> dict:
         "vocab_size": engine.index.size,
         "device": str(engine.lm.device),
         "seed": args.seed,
-        "corpus": args.corpus or "held-out standard library",
+        "corpus": args.corpus or ("held-out standard library" if any(t.kind != "slots" for t in tasks)
+                                  else slots_meta.get("corpus")),
         "constrained": summarize(rows["constrained"]),
         "unconstrained": summarize(rows["unconstrained"]),
     }
+    if slots_meta:
+        report["slots"] = slots_meta
     rss = peak_rss_mb()
     report["constrained"]["peak_rss_mb"] = rss
     report["unconstrained"]["peak_rss_mb"] = rss
@@ -348,10 +443,19 @@ def add_bench_parser(sub):
     sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
     sp.add_argument("--tokenizer", choices=["default", "qwen"], default="default",
                     help="qwen: FSM-only measurement on Qwen2.5-Coder's 151k vocabulary")
+    sp.add_argument("--kinds", type=_kinds_arg, help=f"comma-separated task kinds from {','.join(ALL_KINDS)} (default: "
+                    "line,args,block, plus slots when the slot corpus has calls)")
+    sp.add_argument("--exactness", action="store_true",
+                    help="FSM only, no model: how many mutated (non-compiling) real files the masks let through "
+                         "(exactness.json and report.md in --out)")
+    sp.add_argument("--mutants", type=int, default=60, help="--exactness: mutants per mutation kind (default 60)")
     return sp
 
 
 
 def print_summary(report: dict) -> None:
-    print(json.dumps({k: v for k, v in report.items() if not isinstance(v, dict)} | {
-        "constrained": {k: v for k, v in report.get("constrained", {}).items() if k != "by_kind"}}, indent=2))
+    summary = {k: v for k, v in report.items() if not isinstance(v, dict)}
+    for key in ("constrained", "by_mutation"):
+        if key in report:
+            summary[key] = {k: v for k, v in report[key].items() if k != "by_kind"}
+    print(json.dumps(summary, indent=2))

@@ -6,7 +6,9 @@ offsets; line endings are normalised to ``\\n`` inside and restored on the way o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -26,6 +28,9 @@ log = logging.getLogger(__name__)
 MAX_BACKTRACKS = 4  # dead-end fuses per completion before stopping at the last valid point
 CLOSERS = frozenset(")]}'\":;, ")
 PROSE_MODES = frozenset({pylex.COMMENT, pylex.STR, pylex.STR_OPEN1, pylex.FSTR_LBRACE, pylex.FSPEC})
+DOMAIN_MODES = PROSE_MODES | {pylex.CODE, pylex.NAME, pylex.DOT, pylex.DOT_WS}  # where domain words are boosted
+CANDIDATES = 64  # lexically allowed tokens (best first) checked by the semantic monitors per step
+_MEMBER_RE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.([A-Za-z_]\w*)?$")
 
 
 def _ends_mid_character(data: bytes) -> bool:
@@ -110,6 +115,8 @@ class Engine:
         self._device_masks: OrderedDict = OrderedDict()
         self.model_name = ""
         self.load_error: str | None = None
+        self._domain_ids = None
+        self._policies: dict = {}  # project root -> PolicyTable
 
     # -- loading ------------------------------------------------------------------------------------
 
@@ -156,13 +163,31 @@ class Engine:
         self._has_nl = np.array([bool(t) and (b"\n" in t or b"\r" in t) for t in vocab.tokens])
         self._starts_space = np.array([bool(t) and t[:1] == b" " for t in vocab.tokens], dtype=bool)
         self._starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in vocab.tokens], dtype=bool)
+        self._set_domain_ids()
         self.load_error = None
         report("ready", 100)
+
+    def _set_domain_ids(self) -> None:
+        """First token ids of each domain word (with and without a leading space), on the device."""
+        words = [w for w in self.settings.constraints.domain_vocabulary if w.strip()]
+        self._domain_ids = None
+        if words and self.lm is not None:
+            ids = set()
+            for w in words:
+                for form in (w, " " + w):
+                    enc = self.lm.tokenizer.encode(form, add_special_tokens=False)
+                    if enc:
+                        ids.add(enc[0])
+            import torch
+
+            self._domain_ids = torch.tensor(sorted(ids), dtype=torch.long, device=self.lm.device)
 
     def update_settings(self, settings: Settings) -> None:
         """Apply new settings; a different model, device or dtype reloads on the next :meth:`load`."""
         old = self.settings
         self.settings = settings
+        if self.lm is not None:
+            self._set_domain_ids()
         if (old.model != settings.model) and self.lm is not None:
             with self._lock:
                 self.lm = None
@@ -202,15 +227,26 @@ class Engine:
         s = self.settings
         eol = dominant_eol(req.prefix + req.suffix)
         prefix, suffix = normalize_eol(req.prefix), normalize_eol(req.suffix)
-        if req.multiline is None:
-            multiline = wants_multiline(prefix, suffix, s.generation.multiline)
-        else:
+        fp = None
+        if req.constraints and s.constraints.enabled:
+            from .fingerprint import fingerprint
+
+            fp = fingerprint(prefix, suffix, req.path)
+        policy = fp.policy if fp is not None else None
+        if req.multiline is not None:
             multiline = req.multiline
-        max_tokens = req.max_tokens or (s.generation.max_tokens_multiline if multiline else s.generation.max_tokens)
+        elif policy is not None and policy.multiline in ("never", "always") and s.generation.multiline == "auto":
+            multiline = policy.multiline == "always"
+        else:
+            multiline = wants_multiline(prefix, suffix, s.generation.multiline)
+        max_tokens = req.max_tokens or (policy.max_tokens if policy is not None and policy.max_tokens else None) or (
+            s.generation.max_tokens_multiline if multiline else s.generation.max_tokens)
         temperature = s.generation.temperature if req.temperature is None else req.temperature
         top_p = s.generation.top_p if req.top_p is None else req.top_p
         constrained = req.constraints and s.constraints.enabled
         result = Completion(text="", multiline=multiline)
+        if fp is not None:
+            result.fingerprint = fp.as_dict()
 
         cursor_line = prefix[prefix.rfind("\n") + 1 :]
         # token healing: BPE tokens carry their leading space (" '__main__'"), so a space typed before
@@ -225,10 +261,20 @@ class Engine:
                     heal = " "
             if not heal:
                 state, _recoveries = self.prefix_lexer.lex(prefix, style)
-            if s.constraints.code_only and state.mode not in PROSE_MODES:
+            if s.constraints.code_only and state.mode not in PROSE_MODES and (policy is None or policy.code_only):
                 state = state.copy()
                 state.code_only = True  # completing code: comments are masked (generation policy)
             guide = PythonGuide(self.index, state, self.memo)
+        sem = sem_start = None
+        self._suffix_closes = False
+        if guide is not None and s.constraints.semantic:
+            sem = self._semantics(prefix[: len(prefix) - len(heal)], suffix, req.path, guide.state)
+            sem_start = (guide.state.copy(), sem.copy())
+            result.semantics = {"calls": [c.describe() for c in sem.calls], "refusals": sem.refusals,
+                                "member": None if sem.member is None else
+                                {"object": sem.member.owner, "attributes": len(sem.member.names)}, "fuses": []}
+            if not sem.active:
+                sem = None
         prompt = self.builder.build(prefix[: len(prefix) - len(heal)], suffix)
         t1 = time.perf_counter()
         logits, reused = self.kv.prefill(prompt.ids)
@@ -256,6 +302,8 @@ class Engine:
         raw_history: list = []  # the unmasked logits [vocab] each accepted token was sampled from
         banned: dict[int, list[int]] = {}  # step -> token ids that led into a dead end there
         backtracks = 0
+        bias_next = None
+        sem_history: list = []
         text = ""
         ends: list[int] = []  # text length after each token (truncation candidates)
         accepting: list[int] = [0]  # ... after each token that leaves the lexer where it may stop
@@ -270,15 +318,40 @@ class Engine:
             if guide is not None:
                 tm = time.perf_counter()
                 policy = (step == 0, multiline and guide.state.need_indent and guide.state.ls)
-                blocked = self._blocked_mask(guide, policy, first_block, first_kind)  # bool [vocab]: True = masked
+                blocked, entry["allowed"] = self._blocked_mask(guide, policy, first_block, first_kind)  # bool [vocab]
                 logits = mask_logits(raw, blocked)  # [vocab]; raw stays for backtracking
                 if step in banned:
                     logits[banned[step]] = float("-inf")
+                if self._domain_ids is not None and guide.state.mode in DOMAIN_MODES:
+                    logits[self._domain_ids] += s.constraints.domain_boost
+                if bias_next is not None:
+                    logits[bias_next] -= s.constraints.fuse_bias  # the fuse's bias on last step's rejected tokens
+                    bias_next = None
                 entry["mask_us"] = round((time.perf_counter() - tm) * 1e6, 1)
+                if sem is not None and sem.active:
+                    logits, refused = self._semantic_filter(logits, guide.state, sem, temperature)
+                    if refused:
+                        entry["refused"] = refused
                 raw_top = torch.argmax(raw)
+                mass = torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum()
             tok_t = sample(logits, temperature, top_p, generator)
             if guide is not None:
-                tok, top, best = (int(x) for x in torch.stack([tok_t, raw_top, torch.isfinite(logits).any().long()]).tolist())
+                tok, top, best, mass = torch.stack([tok_t.double(), raw_top.double(),
+                                                    torch.isfinite(logits).any().double(), mass.double()]).tolist()
+                tok, top, best = int(tok), int(top), bool(best)
+                if best and mass < s.constraints.fuse_threshold and tok != top:
+                    # fuse: the model wants what the constraint forbids; do not force nonsense
+                    action = self._fuse_action(guide, sem, step, suffix)
+                    result.fuses += 1
+                    event = {"step": step, "allowed_mass": round(mass, 5), "top": top, "action": action}
+                    result.semantics.setdefault("fuses", []).append(event)
+                    entry["fuse"] = action
+                    if action != "bias":
+                        stop_reason = "fuse"
+                        result.trace.append(entry)
+                        break
+                    top5 = torch.topk(raw, 5).indices
+                    bias_next = top5[~torch.isfinite(logits[top5])]
                 if not best:
                     # fuse: nothing is allowed here (e.g. after half of a UTF-8 character no token completes):
                     # step back one token, mask the one that led here, and try again
@@ -287,6 +360,8 @@ class Engine:
                         backtracks += 1
                         dead_end_in_char = bool(guide.state.pend)
                         last = gen.pop()
+                        if sem is not None:
+                            sem = sem_history.pop()
                         guide.rollback(1)
                         self.kv.drop_last(1)
                         logits = raw_history.pop()
@@ -308,6 +383,13 @@ class Engine:
             if tok in stop_ids:
                 stop_reason = "eos"
                 break
+            if sem is not None:
+                before = sem.copy()
+                piece_bytes = tokens[tok] if tok < len(tokens) and tokens[tok] is not None else b""
+                if sem.advance(guide.state, piece_bytes) is not None:
+                    stop_reason = "fsm"
+                    break
+                sem_history.append(before)
             if guide is not None and not guide.advance(tok):
                 stop_reason = "fsm"
                 break
@@ -316,7 +398,7 @@ class Engine:
             piece = tokens[tok] if tok < len(tokens) and tokens[tok] is not None else b""
             text = b"".join(tokens[t] or b"" for t in gen).decode("utf-8", "ignore")
             ends.append(len(text))
-            if guide is None or guide.is_accepting():
+            if guide is None or (guide.is_accepting() and (sem is None or sem.accepting())):
                 accepting.append(len(text))
             result.tokens += 1
             entry.update(id=tok, text=piece.decode("utf-8", "replace"))
@@ -351,6 +433,11 @@ class Engine:
         cuts = accepting if guide is not None else ends
         ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
         pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        if sem_start is not None and not result.cancelled:
+            closing = self._closing(sem_start, heal + text, result)
+            if closing:
+                pieces.append(closing)
+                text += closing
         result.validation = "skipped"
         if text and s.constraints.validate:
             text, result.replace_suffix, result.validation = self._validated(prefix, pieces, suffix)
@@ -383,12 +470,163 @@ class Engine:
                     return text, len(line), verdict2
         return "".join(pieces[:k]), 0, verdict
 
+    # -- semantic constraints ---------------------------------------------------------------------
+
+    def _policy_table(self, path: str | None):
+        """The required-argument policy: the settings profile, overridden by the nearest
+        ``pyproject.toml`` ``[tool.fsm-complete.required-arguments]`` above ``path``."""
+        from pathlib import Path
+
+        from .signatures import PolicyTable, load_pyproject_rules
+
+        profile = self.settings.constraints.required_arguments
+        root = None
+        if path:
+            for parent in Path(path).resolve().parents:
+                if (parent / "pyproject.toml").is_file():
+                    root = parent
+                    break
+        key = (profile, str(root))
+        table = self._policies.get(key)
+        if table is None:
+            extra = load_pyproject_rules(root) if root is not None else {}
+            table = PolicyTable.from_config(extra.pop("profile", profile) if isinstance(extra, dict) else profile,
+                                            extra if isinstance(extra, dict) else None)
+            self._policies[key] = table
+        return table
+
+    def _semantics(self, prefix: str, suffix: str, path: str | None, state):
+        """The semantic monitors for a completion at the end of ``prefix`` (lexer ``state`` there):
+        the slots of the call the cursor is in, member access after ``name.``, and a resolver for
+        calls the completion opens. Resolution failures leave the monitors out (never block code)."""
+        from . import signatures
+        from .slots import MemberAccess, Semantics, call_slots_at
+
+        c = self.settings.constraints
+        policies = self._policy_table(path)
+        sem = Semantics(source=prefix)
+        if state.mode in PROSE_MODES:
+            return sem
+        source = prefix + suffix
+        memo: dict = {}
+
+        def resolver(text: str, paren: int):
+            callee = text[max(0, paren - 120): paren]
+            if callee not in memo:
+                memo[callee] = signatures.resolve_callee(text, paren, path, policies)
+            return memo[callee]
+
+        sem.resolver = resolver
+        call = signatures.enclosing_call(source, len(prefix))
+        if call is not None:
+            spec = signatures.resolve_call(source, len(prefix), path, policies)
+            if spec is not None:
+                slots, self._suffix_closes = call_slots_at(spec, prefix, call[1], suffix, state)
+                if slots is not None:
+                    sem.calls.append(slots)
+        m = _MEMBER_RE.search(prefix[-300:])
+        if c.member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS):
+            names = signatures.member_names(source, len(prefix), path)
+            if names:
+                sem.member = MemberAccess(set(names) | set(c.domain_vocabulary), m.group(2) or "", m.group(1))
+        return sem
+
+    def _semantic_filter(self, logits, state, sem, temperature: float):
+        """Keep only the best :data:`CANDIDATES` lexically allowed tokens that the semantic monitors
+        accept (exact per token; greedy decoding stops at the first). Returns ``(logits [vocab], refused)``."""
+        import torch
+
+        k = min(CANDIDATES, logits.shape[-1])
+        vals, ids = torch.topk(logits, k)
+        finite = torch.isfinite(vals).tolist()
+        tokens = self.index.vocab.tokens
+        keep: list[int] = []
+        refused = 0
+        for tid, ok in zip(ids.tolist(), finite):
+            if not ok:
+                break
+            data = tokens[tid] if tid < len(tokens) else None
+            if data is None:
+                allowed = sem.accepting()
+            else:
+                refusal = sem.check(state, data)
+                allowed = refusal is None
+                if refusal is not None:
+                    refused += 1
+                    sem.refusals[refusal.rule] = sem.refusals.get(refusal.rule, 0) + 1
+            if allowed:
+                keep.append(tid)
+                if temperature <= 0:
+                    break
+        if not keep and len(finite) == k and all(finite):
+            keep = self._semantic_scan(logits, state, sem, temperature)  # rare: none of the best k passed
+        out = torch.full_like(logits, float("-inf"))
+        if keep:
+            index = torch.tensor(keep, dtype=torch.long, device=logits.device)
+            out[index] = logits[index]
+        return out, refused
+
+    def _semantic_scan(self, logits, state, sem, temperature: float) -> list[int]:
+        """Every lexically allowed token checked by the semantic monitors, best first (the slow,
+        exact path when the best :data:`CANDIDATES` all fail)."""
+        import torch
+
+        order = torch.argsort(logits, descending=True)
+        count = int(torch.isfinite(logits).sum())
+        tokens = self.index.vocab.tokens
+        keep = []
+        for tid in order[:count].tolist():
+            data = tokens[tid] if tid < len(tokens) else None
+            if (sem.accepting() if data is None else sem.check(state, data) is None):
+                keep.append(tid)
+                if temperature <= 0:
+                    break
+        return keep
+
+    def _fuse_action(self, guide, sem, step: int, suffix: str) -> str:
+        """What the fuse does: ``"safe-continuation"`` (an open call is closed with its required
+        slots), ``"stop"`` (at the last valid point) or ``"bias"`` (go on with the best allowed token
+        and bias the rejected ones at the next step)."""
+        if sem is not None and sem.open_calls() and sem.safe_continuation(self._suffix_closes) is not None:
+            return "safe-continuation"
+        if step > 0 and guide.is_accepting() and (sem is None or sem.accepting()):
+            return "stop"
+        return "bias"
+
+    def _closing(self, start, text: str, result: Completion) -> str:
+        """The safe continuation for ``text`` (the completion as it will be inserted): close the open
+        calls with their missing policy keywords (ruff S113 ``timeout=10`` ...). Empty when nothing is
+        missing."""
+        sem = start[1].copy()
+        state, refusal = sem.advance_state(start[0], text.encode("utf-8"))
+        if refusal is not None:
+            return ""
+        result.semantics["final"] = [c.describe() for c in sem.calls]
+        if not any(c.missing() for c in sem.open_calls()):
+            return ""
+        quote = ""
+        if state.mode == pylex.STR and not state.esc and not state.pend and not state.fs:
+            quote = state.q * (3 if state.tri else 1)  # the completion stopped inside a string: close it first
+            state, refusal = sem.advance_state(state, quote.encode("utf-8"))
+            if refusal is not None:
+                return ""
+        if state.mode not in pylex.STOPPABLE or state.mode in PROSE_MODES or state.esc or state.pend:
+            return ""  # not at a point where an argument list can go on (after a dot, in a comment, ...)
+        closing = sem.safe_continuation(self._suffix_closes)
+        if not closing:
+            return ""
+        result.semantics["safe_continuation"] = quote + closing
+        sem.advance_state(state, closing.encode("utf-8"))
+        result.semantics["final"] = [c.describe() for c in sem.calls]  # the slot state as inserted
+        return quote + closing
+
     # -- device masks -------------------------------------------------------------------------------
 
     def _blocked_mask(self, guide: PythonGuide, policy: tuple, first_block, first_kind):
-        """The tokens to mask now, bool ``[vocab]`` on the model's device: the FSM's complement plus the
+        """``(blocked, allowed_count)``: the tokens to mask now, bool ``[vocab]`` on the model's device (the FSM's complement plus the
         decoding policies (no stop token first, first-token rule, no blank first body line, no control
-        characters). Memoised by (lexer state, policy), so a steady-state step is one dict lookup."""
+        characters)), and how many tokens stay allowed. Memoised by (lexer state, policy), so a
+        steady-state step is one dict lookup."""
         key = (guide.state.key(), policy, first_kind if policy[0] else None)
         blocked = self._device_masks.get(key)
         if blocked is None:
@@ -401,10 +639,11 @@ class Engine:
             if body_pending:
                 allowed = allowed & ~self._has_nl
             blocked = ~allowed
+            count = int(allowed.sum())
             extra = self._logit_size - len(blocked)
             if extra > 0:  # ids the model has but the tokenizer does not: never allowed
                 blocked = np.concatenate([blocked, np.ones(extra, dtype=bool)])
-            blocked = self._to_device(blocked)
+            blocked = (self._to_device(blocked), count)
             self._device_masks[key] = blocked
             if len(self._device_masks) > 4096:
                 self._device_masks.popitem(last=False)

@@ -39,6 +39,13 @@ class ConstraintSettings:
     enabled: bool = True
     validate: bool = True  # tree-sitter + compile() post-filter
     code_only: bool = True  # mask comments in mid-line code completions
+    semantic: bool = True  # argument slots and member access from static resolution (engine/slots.py)
+    required_arguments: str = "default"  # policy profile: "default" (ruff S113, PLW1510, PLW1514, S506) | "strict-http" | "off"
+    member_access: bool = True  # after ``name.``: only attributes jedi resolves for ``name``
+    fuse_threshold: float = 0.02  # probability mass of the allowed tokens below which the fuse trips
+    fuse_bias: float = 2.0  # logits subtracted from the rejected top tokens at the step after a fuse
+    domain_vocabulary: list = field(default_factory=list)  # words always allowed and boosted (names, comments, strings)
+    domain_boost: float = 1.5  # logits added to the first token of each domain word
 
 
 @dataclass
@@ -104,6 +111,11 @@ def _merge(obj, data, path: str, problems: list[str]) -> None:
                 setattr(obj, name, type(current)(value))
             else:
                 problems.append(f"{where}: expected a non-negative number, got {value!r} (default kept)")
+        elif isinstance(current, list):
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                setattr(obj, name, list(value))
+            else:
+                problems.append(f"{where}: expected a list of strings, got {value!r} (default kept)")
         elif isinstance(current, str):
             if isinstance(value, str):
                 setattr(obj, name, value)

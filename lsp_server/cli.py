@@ -1,4 +1,4 @@
-"""The ``fsm-complete`` command: ``serve``, ``complete``, ``train`` and ``bench``.
+"""The ``fsm-complete`` command: ``serve``, ``complete``, ``explain``, ``fingerprint-stats``, ``train``, ``bench``.
 
 stdout carries only results (the completion text, JSON, or the LSP protocol for ``serve``); logs
 and progress go to stderr.
@@ -61,7 +61,8 @@ def offset_of(text: str, line: int, col: int) -> int:
     return start + min(col - 1, len(line_text))
 
 
-def cmd_complete(args) -> int:
+def _complete_at(args):
+    """Run one completion at ``args.location``; ``(exit code, text, offset, Completion, Engine)``."""
     from engine.api import CompletionRequest
     from engine.complete import Engine
     from engine.errors import ModelError
@@ -69,8 +70,8 @@ def cmd_complete(args) -> int:
     try:
         file, line, col = parse_location(args.location)
     except ValueError as exc:
-        print(f"fsm-complete complete: {exc}", file=sys.stderr)
-        return 2
+        print(f"fsm-complete {args.command}: {exc}", file=sys.stderr)
+        return 2, None, 0, None, None
     try:
         if file in ("-", STDIN):
             data = sys.stdin.buffer.read()
@@ -78,21 +79,42 @@ def cmd_complete(args) -> int:
             data = Path(file).read_bytes()
         text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"fsm-complete complete: cannot read {file}: {exc}", file=sys.stderr)
-        return 2
+        print(f"fsm-complete {args.command}: cannot read {file}: {exc}", file=sys.stderr)
+        return 2, None, 0, None, None
     offset = offset_of(text, line, col)
-    engine = Engine(_settings(args))
+    settings = _settings(args)
+    if getattr(args, "required_arguments", None):
+        settings.constraints.required_arguments = args.required_arguments
+    engine = Engine(settings)
     try:
         engine.load()
         req = CompletionRequest(prefix=text[:offset], suffix=text[offset:], constraints=not args.no_constraints,
                                 multiline=args.multiline, max_tokens=args.max_tokens, temperature=args.temperature,
-                                seed=args.seed)
+                                seed=args.seed, path=None if file in ("-", STDIN) else str(Path(file).resolve()))
         result = engine.complete(req)
     except ModelError as exc:
         print(f"fsm-complete: {exc}", file=sys.stderr)
-        return 1
+        return 1, None, 0, None, None
     finally:
         engine.save_tables()
+    return 0, text, offset, result, engine
+
+
+def cmd_explain(args) -> int:
+    from engine.explain import explanation, to_markdown
+
+    code, _text, _offset, result, engine = _complete_at(args)
+    if code:
+        return code
+    record = explanation(result, engine.index.size, engine.model_name)
+    print(json.dumps(record, indent=2, ensure_ascii=False) if args.json else to_markdown(record))
+    return 0
+
+
+def cmd_complete(args) -> int:
+    code, text, offset, result, engine = _complete_at(args)
+    if code:
+        return code
     if args.json:
         end = offset + result.replace_suffix
         end_line = text.count("\n", 0, end) + 1
@@ -177,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
         sp.add_argument("--device", help="auto, cpu, cuda, cuda:N")
         sp.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+        sp.add_argument("--required-arguments", dest="required_arguments", metavar="PROFILE",
+                        help="required-argument policy profile: default, strict-http, off")
 
     sp = sub.add_parser("serve", help="run the language server (stdio by default)")
     sp.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
@@ -196,6 +220,17 @@ def build_parser() -> argparse.ArgumentParser:
     ml.add_argument("--single-line", dest="multiline", action="store_false")
     model_opts(sp)
     sp.set_defaults(func=cmd_complete)
+
+    sp = sub.add_parser("explain", help="why the completion at FILE:LINE:COL is what it is: fingerprint, mode, "
+                                        "argument slots, masks per step, fuses, verdict")
+    sp.add_argument("location", metavar="FILE:LINE:COL")
+    sp.add_argument("--json", action="store_true", help="the record as JSON instead of Markdown")
+    model_opts(sp)
+    sp.set_defaults(func=cmd_explain, no_constraints=False, multiline=None, max_tokens=None, temperature=None, seed=0)
+
+    from engine.fingerprint import add_fingerprint_stats_parser, cmd_fingerprint_stats
+
+    add_fingerprint_stats_parser(sub).set_defaults(func=cmd_fingerprint_stats)
 
     sp = sub.add_parser("train", help="train the default model (resumable; log in WORK_DIR/train_log.jsonl)")
     sp.add_argument("--work-dir", dest="work_dir")

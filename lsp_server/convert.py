@@ -244,6 +244,19 @@ def to_engine_request(cursor: Cursor, **options) -> CompletionRequest:
     )
 
 
+def document_path(uri: str) -> str | None:
+    """The file system path of a ``file:`` URI (for static resolution and ``pyproject.toml``); None
+    for other schemes (``untitled:``, ``vscode-notebook-cell:``) and malformed URIs."""
+    from pygls.uris import to_fs_path
+
+    if not isinstance(uri, str) or not uri.startswith("file:"):
+        return None
+    try:
+        return to_fs_path(uri)
+    except Exception:  # noqa: BLE001 - a malformed URI is just "no path"
+        return None
+
+
 def suffix_overlap(text: str, line_suffix: str) -> int:
     """Length of the longest start of ``line_suffix`` that ``text`` ends with.
 

@@ -64,6 +64,7 @@ SETTINGS_SECTION = "fsmComplete"
 DOCUMENT_TEXT = "fsmComplete/documentText"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> ``{"text": str, "version": int}`` or null."""
 LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"
+EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> what the engine last saw for that document
 (``offset`` in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``) and, once
 decoding ended, how (``tokens``, ``stopReason``, ``cancelled``, ``promptTokens``: the prompt's length
@@ -753,7 +754,8 @@ class FsmCompleteServer(LanguageServer):
             context = context or lexical.cursor_context(cursor.text[: cursor.offset])
             prose = context.kind != lexical.CODE
             request = convert.to_engine_request(
-                cursor, multiline=False if single_line or prose else None, cancel=cancel
+                cursor, multiline=False if single_line or prose else None, cancel=cancel,
+                path=convert.document_path(doc.uri),
             )
             record = {
                 "id": msg_id,
@@ -781,6 +783,24 @@ class FsmCompleteServer(LanguageServer):
         finally:
             self._cancel_events.pop(msg_id, None)
 
+    async def explain(self, doc: Document, cursor: convert.Cursor) -> dict | None:
+        """The explain record (engine/explain.py) of a fresh completion at ``cursor``, with its
+        Markdown rendering under ``"markdown"``; None when the model is not available."""
+        from engine.explain import explanation, to_markdown
+
+        await self._engine_ready.wait()
+        engine = self._engine
+        if engine is None:
+            return None
+        request = convert.to_engine_request(cursor, cancel=threading.Event(), path=convert.document_path(doc.uri))
+        record: dict = {"id": self.protocol.msg_id, "version": doc.version, "offset": cursor.offset, "explain": True}
+        completion = await self._decode(engine, request, record)
+        if completion is None:
+            return None
+        out = explanation(completion, engine.index.size, engine.model_name)
+        out["markdown"] = to_markdown(out)
+        return out
+
     async def _decode(self, engine, request, record: dict):
         """``engine.complete(request)`` on a thread, one at a time. Cancelling the awaiting task
         sets ``request.cancel``; the slot is freed when the thread returns. ``record`` gets the
@@ -805,6 +825,7 @@ class FsmCompleteServer(LanguageServer):
                 fuses=completion.fuses,
                 promptTokens=completion.prompt_tokens,
                 latencyMs=completion.timings_ms.get("total", 0.0),
+                mode=completion.fingerprint.get("mode", "unconstrained"),
             )
             logger.debug(
                 "request %r: %d tokens, stop %s%s, %.0f ms",
@@ -964,6 +985,20 @@ def document_text(ls: FsmCompleteServer, params: Any) -> dict | None:
 def last_engine_request(ls: FsmCompleteServer, params: Any) -> dict | None:
     record = ls.engine_requests.get(_custom_uri(params, LAST_ENGINE_REQUEST))
     return None if record is None else dict(record)
+
+
+@_feature(EXPLAIN)
+async def explain(ls: FsmCompleteServer, params: Any) -> dict | None:
+    uri = _custom_uri(params, EXPLAIN)
+    position = getattr(params, "position", None)
+    line, character = getattr(position, "line", None), getattr(position, "character", None)
+    if not (isinstance(line, int) and isinstance(character, int)) or line < 0 or character < 0:
+        raise JsonRpcInvalidParams(f'{EXPLAIN} needs "position": {{"line": int, "character": int}} (0-based)')
+    doc = ls.documents.get(uri)
+    if doc is None:
+        return None
+    cursor = doc.cursor(types.Position(line=line, character=character), ls.position_encoding)
+    return await ls.explain(doc, cursor)
 
 
 def _custom_uri(params: Any, method: str) -> str:

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_JSON = ROOT / "vscode-extension" / "package.json"
 SECTION = "fsmComplete"
 CLIENT_ONLY = {"interpreter", "trace.server"}
-JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array"}
 
 
 def leaves(tree: dict, prefix: str = "") -> dict[str, object]:

@@ -1,0 +1,200 @@
+"""``fsm-complete bench``: the ``slots`` task kind (engine/bench_slots.py) and its metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from engine.api import Completion
+from engine.bench import (
+    ALL_KINDS,
+    add_bench_parser,
+    completion_row,
+    parse_kinds,
+    sample_all,
+    summarize,
+    write_report,
+)
+from engine.bench_slots import (
+    call_keywords,
+    find_calls,
+    make_task,
+    ruff_diagnostics,
+    sample_slot_tasks,
+    slot_files,
+    slot_metrics,
+)
+
+SRC = '''import requests as rq
+from subprocess import run
+import yaml
+from pip._vendor import requests as vendored
+
+
+def fetch(url, path):
+    r = rq.get(url, timeout=5)
+    run(["ls", "-l"], check=True)
+    with open(path, encoding="utf-8") as f:
+        data = yaml.load(f, Loader=yaml.SafeLoader)
+    vendored.post(url, data=data, timeout=3)
+    s = f"{open(path).read()}"
+    print(s, r)
+    return rq.post(
+        url,
+        json=data,
+        timeout=10,
+    )
+'''
+
+SHADOWED = '''def open(name):
+    return name
+
+
+x = open("a")
+'''
+
+
+def test_calls_are_resolved_through_import_aliases():
+    calls = find_calls(SRC)
+    assert [c.qualname for c in calls] == ["requests.get", "subprocess.run", "open", "yaml.load",
+                                           "pip._vendor.requests.post", "requests.post"]  # not the f-string's open
+    for c in calls:
+        assert SRC[c.open_paren] == "(" and SRC[c.close_paren] == ")"
+    after = {c.qualname: SRC[c.after_first_arg:c.close_paren] if c.after_first_arg else None for c in calls}
+    assert after["requests.get"] == "timeout=5"
+    assert after["subprocess.run"] == "check=True"
+    assert after["requests.post"] is None  # first argument followed by ",\n", not ", "
+    assert find_calls(SHADOWED) == []  # the module's own open is not the builtin
+
+
+def test_slot_tasks_are_real_calls_with_the_arguments_removed(tmp_path):
+    (tmp_path / "a.py").write_text(SRC)
+    (tmp_path / "b.py").write_text(SHADOWED)
+    files = slot_files(tmp_path)
+    tasks, found = sample_slot_tasks(files, 6, seed=0)
+    assert found == {"open": 1, "pip._vendor.requests.post": 1, "requests.get": 1, "requests.post": 1,
+                     "subprocess.run": 1, "yaml.load": 1}
+    # equal shares per family: one each for subprocess.run, open, yaml.load; requests takes the rest
+    assert sorted(t.callee for t in tasks) == sorted(found)
+    for t in tasks:
+        assert t.kind == "slots" and t.prefix + t.target + t.suffix == SRC
+        assert t.suffix.startswith(")") and t.target.strip()
+        assert t.prefix.endswith("(" if t.cursor == "open_paren" else ", ")
+        assert SRC[t.call_start:].startswith(("rq.", "run(", "open(", "yaml.", "vendored."))
+    again, _ = sample_slot_tasks(files, 6, seed=0)
+    assert [(t.callee, t.cursor, len(t.prefix)) for t in again] == [(t.callee, t.cursor, len(t.prefix)) for t in tasks]
+
+
+def test_keywords_of_the_completed_call():
+    calls = {c.qualname: c for c in find_calls(SRC)}
+    post = calls["requests.post"]
+    names, end, how = call_keywords(SRC, post.start, post.open_paren)
+    assert (names, end, how) == (["json", "timeout"], post.close_paren + 1, "ast")
+    broken = "import requests\nrequests.get(url, key=(a == b), timeout=3, **kw, verify=\n"
+    start = broken.index("requests.get")
+    names, _, how = call_keywords(broken, start, broken.index("("))
+    assert (names, how) == (["key", "timeout", "verify"], "tokenize")
+
+
+def task_for(src: str, qualname: str, nth: int = 0):
+    """The slot task of the ``nth`` call of ``qualname`` in ``src``, cursor after ``(``."""
+    call = [c for c in find_calls(src) if c.qualname == qualname][nth]
+    return make_task("/nonexistent/t.py", src, call, False)
+
+
+HTTP = '''import requests
+
+
+def f(url):
+    other = requests.get(url)
+    return requests.get(url, timeout=3), other
+'''
+# the tasks below complete the second call; the first one has an S113 violation of its own
+
+
+def complete(task, text: str) -> str:
+    return task.prefix + text + task.suffix
+
+
+@pytest.mark.parametrize("src, callee, completion, rules", [
+    (HTTP, "requests.get", "url", ["S113"]),
+    (HTTP, "requests.get", "url, timeout=10", []),  # the other call's S113 is not this task's
+    ("def f(p):\n    return open(p, 'w')\n", "open", "p", ["PLW1514"]),  # preview rule
+    ("def f(p):\n    return open(p, 'w')\n", "open", 'p, "rb"', []),
+    ("import subprocess\nsubprocess.run(['ls'])\n", "subprocess.run", "['ls']", ["PLW1510"]),
+    ("import subprocess\nsubprocess.run(['ls'])\n", "subprocess.run", "['ls'], check=False", []),
+    ("import yaml\nyaml.load(s)\n", "yaml.load", "s", ["S506"]),
+    ("import yaml\nyaml.load(s)\n", "yaml.load", "s, Loader=yaml.SafeLoader", []),
+])
+def test_slot_violations_come_from_ruff_at_the_completed_call(src, callee, completion, rules):
+    task = task_for(src, callee, 1 if src is HTTP else 0)
+    m = slot_metrics(task, complete(task, completion))
+    assert m["slot_rules"] == rules
+    assert m["slot_violation"] == bool(rules)
+
+
+def test_ruff_needs_preview_for_plw1514():
+    assert [d["code"] for d in ruff_diagnostics("open('f')\n")] == ["PLW1514"]
+
+
+def test_unknown_keywords_are_names_outside_the_signature():
+    task = task_for("def f(p):\n    return open(p, 'w')\n", "open")
+    m = slot_metrics(task, complete(task, 'p, encodng="utf-8"'))
+    assert (m["unknown_keywords"], m["unknown_keyword_names"], m["unresolved"]) == (1, ["encodng"], False)
+    task = task_for(HTTP, "requests.get", 1)
+    m = slot_metrics(task, complete(task, "url, timeuot=3, verify=False"))
+    assert m["unknown_keyword_names"] == ["timeuot"]
+    m = slot_metrics(task, complete(task, "url, verfy="))  # the completed file does not parse
+    assert (m["keywords_from"], m["unknown_keyword_names"]) == ("tokenize", ["verfy"])
+
+
+def test_summary_and_report_carry_the_slot_figures(tmp_path):
+    tasks = [task_for(HTTP, "requests.get", 1), task_for("def f(p):\n    return open(p, 'w')\n", "open")]
+    rows = {
+        "constrained": [completion_row(tasks[0], Completion("url, timeout=10")),
+                        completion_row(tasks[1], Completion('p, "w", encoding="utf-8"'))],
+        "unconstrained": [completion_row(tasks[0], Completion("url, timout=10")),
+                          completion_row(tasks[1], Completion("p"))],
+    }
+    report = {"model": "m", "vocab_size": 1, "device": "cpu", "tasks": 2, "seed": 0, "throughput_ratio": 1.0,
+              "constrained": summarize(rows["constrained"]), "unconstrained": summarize(rows["unconstrained"]),
+              "slots": {"corpus": "test", "calls_found": {"requests.get": 2, "open": 1}}}
+    c, u = report["constrained"], report["unconstrained"]
+    assert (c["slot_violations"], c["unknown_keywords"]) == (0, 0)
+    assert (u["slot_violations"], u["unknown_keywords"]) == (2, 1)  # S113 (timeout misspelt) and PLW1514
+    assert c["slot_violations_original"] == u["slot_violations_original"] == 1  # the original open(p, 'w')
+    assert u["by_kind"]["slots"]["slot_violations_by_rule"] == {"PLW1514": 1, "S113": 1}
+    assert c["by_kind"]["slots"]["syntax_valid"] == 1.0
+    write_report(report, rows, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Slots" in md
+    assert "| slot_violations (tasks, S113/PLW1510/PLW1514/S506 at the call) | 0 | 2 | 1 |" in md
+    assert "| unknown_keywords (keyword names not in the signature) | 0 | 1 | 0 |" in md
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["unconstrained"]["by_kind"]["slots"]["slot_violations"] == 2
+
+
+def test_kinds_option():
+    assert parse_kinds(None) == (list(ALL_KINDS), True)
+    assert parse_kinds("slots,line") == (["slots", "line"], False)
+    with pytest.raises(ValueError, match="choose from line,args,block,slots"):
+        parse_kinds("line,calls")
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers())
+    args = parser.parse_args(["bench", "--kinds", "slots", "--exactness", "--mutants", "5"])
+    assert (args.kinds, args.exactness, args.mutants) == ("slots", True, 5)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--kinds", "nope"])
+
+
+def test_default_kinds_drop_slots_when_the_corpus_has_no_call(tmp_path):
+    (tmp_path / "a.py").write_text("def f(x):\n    if x:\n        return g(x, 1)\n    return h(x)\n")
+    args = argparse.Namespace(kinds=None, corpus=str(tmp_path), tasks=3, seed=0)
+    tasks, meta = sample_all(args)
+    assert meta == {} and {t.kind for t in tasks} <= {"line", "args", "block"} and tasks
+    (tmp_path / "b.py").write_text(SRC)
+    args.tasks = 8
+    tasks, meta = sample_all(args)
+    assert sum(t.kind == "slots" for t in tasks) == 2 and meta["calls_found"]["requests.get"] == 1

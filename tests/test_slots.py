@@ -1,0 +1,194 @@
+"""Argument-slot and member-access monitors (engine/slots.py), character by character.
+
+Accept/reject tables over hand-written call texts: every refusal names its rule, every accepted
+text is real Python (checked with ``compile``), and the safe continuation closes a call with its
+policy-required keywords (ruff S113, pylint PLW1510/PLW1514, ruff S506).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.pylex import lex_text
+from engine.signatures import CallSpec, Param, RequiredKeyword
+from engine.slots import CallSlots, MemberAccess, Semantics, call_slots_at
+
+GET = CallSpec(
+    callee="requests.get", qualname="requests.get",
+    params=(Param("url", "positional_or_keyword", True), Param("params", "positional_or_keyword", False),
+            Param("headers", "keyword_only", False), Param("timeout", "keyword_only", False)),
+    keyword_names=frozenset({"url", "params", "headers", "timeout"}), positional_max=2,
+    required_positional=("url",), required_keywords=(RequiredKeyword("timeout", "S113", "10", None),))
+OPEN = CallSpec(
+    callee="open", qualname="builtins.open",
+    params=tuple(Param(n, "positional_or_keyword", n == "file") for n in ("file", "mode", "buffering", "encoding")),
+    keyword_names=frozenset({"file", "mode", "buffering", "encoding"}), positional_max=4,
+    required_positional=("file",),
+    required_keywords=(RequiredKeyword("encoding", "PLW1514", '"utf-8"', 3, unless_binary_mode=True),))
+UNRESOLVED = CallSpec(callee="rq.get", qualname="requests.get", params=None, keyword_names=None, positional_max=None,
+                      required_positional=(), required_keywords=(RequiredKeyword("timeout", "S113", "10", None),))
+KWARGS = CallSpec(callee="f", qualname=None, params=(Param("a", "positional_or_keyword", True),
+                                                     Param("kw", "var_keyword", False)),
+                  keyword_names=None, positional_max=1, required_positional=("a",), required_keywords=())
+
+
+def run(spec, prefix: str, completion: str):
+    """Feed ``completion`` one character at a time; ``(refusal or None, index, semantics)``."""
+    state = lex_text(prefix)
+    slots, _ = call_slots_at(spec, prefix, prefix.rindex("("), "", state)
+    sem = Semantics([slots], source=prefix)
+    for i, ch in enumerate(completion):
+        refusal = sem.check(state, ch.encode())
+        if refusal is not None:
+            return refusal, i, sem
+        assert sem.advance(state, ch.encode()) is None
+        state.feed_char(ch)
+    return None, len(completion), sem
+
+
+ACCEPTED = [
+    (GET, 'requests.get(', '"u", timeout=3)'),
+    (GET, 'requests.get(', 'url=u, timeout=3)'),
+    (GET, 'requests.get(', 'a == b, timeout=3)'),
+    (GET, 'requests.get(', 'f(")", x), timeout=(1, 2))'),
+    (GET, 'requests.get(', '"u", **kw, timeout=1)'),
+    (GET, 'requests.get(', '"u", *rest, timeout=1)'),
+    (GET, 'requests.get(', 'u, lambda a, b=2: a, timeout=1)'),
+    (GET, 'requests.get(', '"u",  # a ) in a comment\n    timeout=1,\n)'),
+    (GET, 'requests.get(', 'f"{x})", timeout=1)'),
+    (GET, 'requests.get(', '(y := 3), timeout=1)'),
+    (GET, 'requests.get("u", ', 'headers={"a": 1}, timeout=t)'),
+    (OPEN, 'open(', 'p, "rb")'),
+    (OPEN, 'open(', 'p, mode="wb")'),
+    (OPEN, 'open(', 'p, "r", -1, "utf-8")'),
+    (OPEN, 'open(', 'p, encoding="utf-8")'),
+    (UNRESOLVED, 'rq.get(', 'u, anything=1, timeout=2)'),
+    (KWARGS, 'f(', '1, whatever=2)'),
+]
+
+
+@pytest.mark.parametrize("spec,prefix,completion", ACCEPTED)
+def test_valid_calls_are_accepted(spec, prefix, completion) -> None:
+    refusal, _, sem = run(spec, prefix, completion)
+    assert refusal is None, refusal
+    assert sem.calls[0].closed
+    compile(prefix + completion, "<call>", "eval")
+
+
+REFUSED = [
+    (GET, 'requests.get(', '"u")', 3, "required-slot"),  # ruff S113
+    (GET, 'requests.get(', ')', 0, "required-slot"),  # url is required positional
+    (GET, 'requests.get(', '"u", time_out=3', 14, "unknown-keyword"),
+    (GET, 'requests.get(', '"u", timeout=3, timeout=4', 16, "keyword-expected"),  # no unused keyword starts "t"
+    (GET, 'requests.get(', '"u", timeout=3, "x"', 16, "positional-after-keyword"),
+    (GET, 'requests.get(', '"u", timeout=3, x', 16, "keyword-expected"),
+    (UNRESOLVED, 'rq.get(', 'u, timeout=1, timeout=2', 22, "duplicate-keyword"),
+    (UNRESOLVED, 'rq.get(', 'u, timeout=1, x)', 15, "positional-after-keyword"),
+    (GET, 'requests.get(', 'a, b, c', 6, "too-many-positional"),
+    (GET, 'requests.get(', ',', 0, "syntax"),
+    (OPEN, 'open(', 'p)', 1, "required-slot"),  # pylint PLW1514: text mode without encoding
+    (OPEN, 'open(', 'p, "r")', 6, "required-slot"),
+    (UNRESOLVED, 'rq.get(', 'u)', 1, "required-slot"),  # the policy holds without a signature
+]
+
+
+@pytest.mark.parametrize("spec,prefix,completion,where,rule", REFUSED)
+def test_slot_violations_are_refused_where_they_happen(spec, prefix, completion, where, rule) -> None:
+    refusal, index, _ = run(spec, prefix, completion)
+    assert refusal is not None and (index, refusal.rule) == (where, rule), (index, refusal)
+
+
+def test_a_duplicate_after_another_keyword_is_refused_at_its_first_letter() -> None:
+    refusal, index, _ = run(GET, 'requests.get(', '"u", timeout=3, headers=1, t')
+    assert refusal is not None and refusal.rule == "keyword-expected" and index == 27
+
+
+@pytest.mark.parametrize("prefix,completion,closing,closing_in_suffix", [
+    ('requests.get(', '"u"', ", timeout=10)", ", timeout=10"),
+    ('requests.get(', '"u",', " timeout=10)", " timeout=10"),
+    ('requests.get(', '"u", ', "timeout=10)", "timeout=10"),
+    ('requests.get(', '"u", tim', "eout=10)", "eout=10"),
+    ('requests.get(', '"u", timeout=', "10)", "10"),
+    ('requests.get(', '"u", timeout=3', None, None),  # nothing missing
+])
+def test_safe_continuation_fills_the_missing_keywords(prefix, completion, closing, closing_in_suffix) -> None:
+    refusal, _, sem = run(GET, prefix, completion)
+    assert refusal is None
+    if closing is None:
+        assert sem.open_calls()[0].missing() == []
+        return
+    assert sem.safe_continuation(suffix_closes=False) == closing
+    assert sem.safe_continuation(suffix_closes=True) == closing_in_suffix
+    compile(prefix + completion + closing, "<call>", "eval")
+
+
+def test_safe_continuation_never_invents_a_required_positional() -> None:
+    _, _, sem = run(GET, "requests.get(", "")
+    assert sem.open_calls()[0].missing() == ["url", "timeout"]
+    assert sem.safe_continuation(False) is None
+
+
+def test_binary_mode_waives_the_encoding_rule() -> None:
+    _, _, sem = run(OPEN, "open(", 'p, "rb"')
+    assert sem.calls[0].missing() == []
+    _, _, sem = run(OPEN, "open(", 'p, "r"')
+    assert sem.calls[0].missing() == ["encoding"]
+
+
+def test_keywords_given_after_the_cursor_count() -> None:
+    prefix = 'x = requests.get("u", '
+    state = lex_text(prefix)
+    slots, closes = call_slots_at(GET, prefix, prefix.index("("), " timeout=f(a, b=2))\nprint(b=1)\n", state)
+    assert closes and slots.suffix_keywords == {"timeout"} and slots.positional == 1
+    sem = Semantics([slots], source=prefix)
+    assert sem.check(state, b"timeout=1") is not None  # a duplicate of the suffix's keyword
+    assert sem.check(state, b"headers=h)") is None
+
+
+def test_member_access_allows_only_attributes() -> None:
+    state = lex_text("os.")
+    sem = Semantics(member=MemberAccess({"path", "getcwd", "environ"}, owner="os"), source="os.")
+    assert sem.check(state, b"path") is None
+    assert sem.check(state, b"pa") is None
+    assert sem.check(state, b"paths") is not None
+    assert sem.check(state, b"getcwd()") is None
+    assert sem.check(state, b"pathx.") is not None
+    probe = sem.copy()
+    probe.advance(state, b"pa")
+    assert not probe.accepting()  # "pa" is not an attribute yet
+    probe.advance(lex_text("os.pa"), b"th")
+    assert probe.accepting()
+
+
+def test_check_is_pure_and_advance_commits() -> None:
+    state = lex_text("requests.get(")
+    sem = Semantics([call_slots_at(GET, "requests.get(", 12, "", state)[0]], source="requests.get(")
+    assert sem.check(state, b'"u")') is not None
+    assert sem.calls[0].positional == 0 and sem.source == "requests.get("
+    assert sem.advance(state, b'"u", ') is None
+    assert sem.calls[0].positional == 1 and sem.source.endswith('"u", ')
+
+
+def test_calls_opened_by_the_completion_are_resolved_and_enforced() -> None:
+    seen = []
+
+    def resolver(source: str, paren: int):
+        seen.append(source[: paren + 1])
+        return GET if source[:paren].endswith("requests.get") else None
+
+    state = lex_text("r = ")
+    sem = Semantics(source="r = ", resolver=resolver)
+    assert sem.check(state, b'requests.get("u")') is not None
+    assert sem.check(state, b'print("u")') is None
+    assert sem.check(state, b'requests.get("u", timeout=1)') is None
+    assert seen[0] == "r = requests.get("
+    assert sem.calls == []  # checks never commit
+
+
+def test_def_and_class_parentheses_are_not_calls() -> None:
+    calls = []
+    sem = Semantics(source="", resolver=lambda source, paren: calls.append(source) or GET)
+    state = lex_text("")
+    assert sem.check(state, b"def get(") is None
+    assert sem.check(state, b"class get(") is None
+    assert calls == []
