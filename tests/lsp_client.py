@@ -208,6 +208,17 @@ class Session:
         )
         return None if result is None else dict(result._asdict())
 
+    async def explain(self, uri: str, text: str, offset: int):
+        """``fsmComplete/explain`` at ``offset`` (code points) of the document ``text``."""
+        pos = position(text, offset, self.encoding)
+        return await asyncio.wait_for(
+            self.client.protocol.send_request_async(
+                "fsmComplete/explain",
+                {"textDocument": {"uri": uri}, "position": {"line": pos.line, "character": pos.character}},
+            ),
+            REQUEST_TIMEOUT_S,
+        )
+
     def send_inline(self, uri: str, text: str, offset: int) -> asyncio.Future:
         """Write an inline completion request right now; the future resolves to a :class:`Result`."""
         pos = position(text, offset, self.encoding)

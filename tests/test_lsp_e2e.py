@@ -243,3 +243,51 @@ async def test_log_file_keeps_stderr_quiet_and_stdout_protocol_only(tmp_path):
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+SEED = 'import requests\n\n\ndef fetch():\n    r = requests.get("https://example.org", █\n    return r\n'
+
+
+def _keywords_of(source: str, name: str) -> list[str]:
+    (call,) = [n for n in ast.walk(ast.parse(source))
+               if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == name]
+    return [k.arg for k in call.keywords]
+
+
+async def test_the_seed_example_gets_its_timeout_through_lsp(session: Session):
+    """ruff S113 at decode time: the inline completion of `requests.get(url, ` carries `timeout=`."""
+    import inspect
+
+    requests = pytest.importorskip("requests")
+    allowed = set(inspect.signature(requests.Session.request).parameters)
+    result = await session.inline(SEED, uri=session.uri("fetch", scheme="file"))
+    (buffer,) = result.applied()
+    names = _keywords_of(buffer, "get")
+    assert "timeout" in names and set(names) <= allowed, buffer
+    record = await session.engine_request(result.uri)
+    assert record["mode"] == "call-arguments"
+
+
+async def test_explain_names_the_fingerprint_the_mode_and_the_slots(session: Session):
+    pytest.importorskip("requests")
+    text = SEED.replace("█", "")
+    uri = session.open(text, uri=session.uri("explain", scheme="file"))
+    answer = await session.explain(uri, text, SEED.index("█"))
+    record = answer._asdict()
+    fingerprint = record["fingerprint"]._asdict()
+    assert len(fingerprint) == 16 and fingerprint["in_call_args"] == 1 and fingerprint["http_client_in_scope"] == 1
+    assert record["mode"] == "call-arguments"
+    (slots,) = record["slots"]
+    assert slots.qualname == "requests.get" and list(slots.missing) == []
+    assert "## Argument slots" in record["markdown"] and "timeout" in record["markdown"]
+
+
+async def test_explain_without_a_position_is_invalid_params(session: Session):
+    uri = session.open("x = 1\n")
+    with pytest.raises(Exception) as caught:
+        await asyncio.wait_for(
+            session.client.protocol.send_request_async("fsmComplete/explain", {"textDocument": {"uri": uri}}),
+            30,
+        )
+    assert "position" in str(caught.value)
+    assert await session.document(uri) is not None  # the server is fine
