@@ -115,7 +115,8 @@ class Engine:
         self._device_masks: OrderedDict = OrderedDict()
         self.model_name = ""
         self.load_error: str | None = None
-        self._domain_ids = None
+        self._domain_ids: dict = {}  # word fragment -> boosted token ids (see _domain_boost)
+        self._domain_words: list[str] = []
         self._policies: dict = {}  # project root -> PolicyTable
 
     # -- loading ------------------------------------------------------------------------------------
@@ -168,26 +169,39 @@ class Engine:
         report("ready", 100)
 
     def _set_domain_ids(self) -> None:
-        """First token ids of each domain word (with and without a leading space), on the device."""
-        words = [w for w in self.settings.constraints.domain_vocabulary if w.strip()]
-        self._domain_ids = None
-        if words and self.lm is not None:
-            ids = set()
-            for w in words:
-                for form in (w, " " + w):
-                    enc = self.lm.tokenizer.encode(form, add_special_tokens=False)
-                    if enc:
-                        ids.add(enc[0])
+        """Forget the domain-word boost tables (rebuilt lazily for the new settings)."""
+        self._domain_ids = {}
+        self._domain_words = [w.strip() for w in self.settings.constraints.domain_vocabulary if w.strip()]
+
+    def _domain_boost(self, tail: str):
+        """Token ids ``[n]`` (on the device) to boost after ``tail`` (the text before the next token):
+        at a word boundary the tokens that start a domain word (at least two of its characters, so a
+        bare space or letter never is), inside a domain word the tokens that continue it. None: none."""
+        if not self._domain_words:
+            return None
+        frag = re.search(r"\w*$", tail[-64:]).group(0)
+        key = frag if any(w.startswith(frag) and w != frag for w in self._domain_words) else ""
+        if key == "" and frag:
+            return None  # inside some other word
+        if key not in self._domain_ids:
             import torch
 
-            self._domain_ids = torch.tensor(sorted(ids), dtype=torch.long, device=self.lm.device)
+            if key:
+                rests = [w[len(key):].encode("utf-8") for w in self._domain_words if w.startswith(key) and w != key]
+                ids = {i for i, t in enumerate(self.index.vocab.tokens) if t and any(r.startswith(t) for r in rests)}
+            else:
+                forms = [f.encode("utf-8") for w in self._domain_words for f in (w, " " + w)]
+                ids = {i for i, t in enumerate(self.index.vocab.tokens)
+                       if t and len(t.strip()) >= 2 and any(f.startswith(t) for f in forms)}
+            self._domain_ids[key] = (torch.tensor(sorted(ids), dtype=torch.long, device=self.lm.device)
+                                     if ids else None)
+        return self._domain_ids[key]
 
     def update_settings(self, settings: Settings) -> None:
         """Apply new settings; a different model, device or dtype reloads on the next :meth:`load`."""
         old = self.settings
         self.settings = settings
-        if self.lm is not None:
-            self._set_domain_ids()
+        self._set_domain_ids()
         if (old.model != settings.model) and self.lm is not None:
             with self._lock:
                 self.lm = None
@@ -322,8 +336,10 @@ class Engine:
                 logits = mask_logits(raw, blocked)  # [vocab]; raw stays for backtracking
                 if step in banned:
                     logits[banned[step]] = float("-inf")
-                if self._domain_ids is not None and guide.state.mode in DOMAIN_MODES:
-                    logits[self._domain_ids] += s.constraints.domain_boost
+                if self._domain_words and guide.state.mode in DOMAIN_MODES:
+                    boost = self._domain_boost(prefix[-64:] + text)
+                    if boost is not None:
+                        logits[boost] += s.constraints.domain_boost
                 if bias_next is not None:
                     logits[bias_next] -= s.constraints.fuse_bias  # the fuse's bias on last step's rejected tokens
                     bias_next = None

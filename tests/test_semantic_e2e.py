@@ -214,3 +214,29 @@ def test_ruff_finds_no_slot_violation_in_completed_files(engine, tmp_path) -> No
     proc = subprocess.run([find_ruff_bin(), "check", "--no-cache", "--isolated", "--select", "S113",
                            "--output-format", "json", *files], capture_output=True, text=True)
     assert json.loads(proc.stdout or "[]") == []
+
+
+def test_the_fuse_trips_exactly_when_the_models_favourite_is_masked(engine) -> None:
+    """With a threshold above 1 every masked favourite trips the fuse; the first trip decides:
+    an open call with missing slots takes its safe continuation, otherwise stop or bias."""
+    document = 'import requests\n\nr = requests.get("https://example.org", █\n'
+    done, result = complete(engine, document, fuse_threshold=1.5)
+    masked = [i for i, step in enumerate(result.trace) if "masked_top" in step]
+    events = result.semantics.get("fuses", [])
+    assert [e["step"] for e in events] == [i for i in masked if i <= (events[-1]["step"] if events else -1)]
+    assert all(e["allowed_mass"] < 1.5 and e["action"] in ("safe-continuation", "stop", "bias") for e in events)
+    if events and events[-1]["action"] != "bias":
+        assert result.stop_reason == "fuse" or result.validation != "ok"
+    if events and events[-1]["action"] == "safe-continuation":
+        assert "timeout=10" in result.text
+    (call,) = calls_in(done, "get") if done.count("(") == done.count(")") else [None]
+    if call is not None:
+        assert "timeout" in {k.arg for k in call.keywords}
+
+
+def test_domain_vocabulary_is_boosted(engine) -> None:
+    document = "import os\n\n# look up the █\nx = 1\n"
+    plain = complete(engine, document)[1].text
+    boosted = complete(engine, document, domain_vocabulary=["zebrafish"], domain_boost=30.0)[1].text
+    assert "zebrafish" not in plain and boosted.lstrip().startswith("zebrafish"), (plain, boosted)
+    assert "zebrafishze" not in boosted  # the word is boosted, not repeated
