@@ -325,8 +325,9 @@ def call_slots_at(spec, prefix: str, paren: int, suffix: str, state: Lex) -> tup
     arguments typed before the cursor (the end of ``prefix``) already fed and the keywords the
     ``suffix`` gives before its ``)`` recorded. ``state`` is the lexer after ``prefix``.
 
-    Returns ``(monitor or None, suffix_closes)``: None when the argument text cannot be lexed, the
-    call is closed before the cursor, or the depths disagree (a broken document: enforce nothing);
+    Returns ``(monitor or None, suffix_closes)``: None when the argument text cannot be lexed or
+    already breaks a slot rule, the call is closed before the cursor, or the depths disagree (a
+    broken document: enforce nothing);
     ``suffix_closes`` tells whether the text after the cursor holds the call's ``)``.
     """
     local = Lex(None)
@@ -335,7 +336,8 @@ def call_slots_at(spec, prefix: str, paren: int, suffix: str, state: Lex) -> tup
     slots = CallSlots(spec, 1)
     try:
         for ch in prefix[paren + 1:]:
-            slots.feed(ch, len(local.brackets), code_char(local, ch))
+            if slots.feed(ch, len(local.brackets), code_char(local, ch)) is not None:
+                return None, False  # the text before the cursor already breaks a rule: not ours to judge
             local.feed_char(ch)
     except (pylex.Reject, pylex.Complex):
         return None, False
@@ -429,35 +431,40 @@ class Semantics:
         return [c for c in self.calls if not c.closed]
 
     def _feed_text(self, state: Lex, data: bytes) -> tuple[Lex, Refusal | None]:
-        """Feed ``data`` (UTF-8 bytes of one token) to a copy of ``state`` and the monitors (mutated
-        in place). Returns the new lexer state and the first refusal, if any."""
+        """Feed ``data`` (UTF-8 bytes of one token, possibly part of a character) to a copy of
+        ``state`` and the monitors (mutated in place). Returns the new lexer state and the first
+        refusal, if any. The monitors see each non-ASCII character once, at its lead byte, as an
+        identifier character (``"\\x80"``): only its class matters to them."""
         st = state.copy()
-        text = data.decode("utf-8", "replace") if not st.pend else None
-        if text is None or "\ufffd" in text:  # a token split inside a UTF-8 character: bytes never matter here
+        for b in data:
+            if b < 0x80 or b >= 0xC0:  # an ASCII character or the lead byte of a multi-byte one
+                ch = chr(b) if b < 0x80 else "\x80"
+                if not st.pend:
+                    depth, code = len(st.brackets), code_char(st, ch)
+                    if self.member is not None and not self.member.done and code:
+                        refusal = self.member.feed(ch)
+                        if refusal is not None:
+                            return st, refusal
+                    for call in self.calls:
+                        refusal = call.feed(ch, depth, code)
+                        if refusal is not None:
+                            return st, refusal
+                self.source += ch if b < 0x80 else "\ufffd"
             try:
-                st.feed_bytes(data)
+                if b < 0x80 and not st.pend:
+                    st.feed_char(chr(b))
+                else:
+                    st.feed_bytes(bytes((b,)))
             except (pylex.Reject, pylex.Complex) as exc:
                 return st, Refusal("lexical", str(exc))
-            self.source += data.decode("utf-8", "ignore")
-            return st, None
-        for ch in text:
-            depth, code = len(st.brackets), code_char(st, ch)
-            if self.member is not None and not self.member.done:
-                refusal = self.member.feed(ch) if code else None
-                if refusal is not None:
-                    return st, refusal
-            for call in self.calls:
-                refusal = call.feed(ch, depth, code)
-                if refusal is not None:
-                    return st, refusal
-            try:
-                st.feed_char(ch)
-            except (pylex.Reject, pylex.Complex) as exc:
-                return st, Refusal("lexical", str(exc))
-            self.source += ch
-            if ch == "(" and code and self.resolver is not None:
+            if b == 0x28 and self.resolver is not None and self._was_code(st):
                 self._maybe_open_call(len(st.brackets))
         return st, None
+
+    @staticmethod
+    def _was_code(after: Lex) -> bool:
+        """After feeding ``(``: it was code when it opened a bracket (the top frame is ``(``)."""
+        return bool(after.brackets) and after.brackets[-1] == "(" and after.mode == pylex.CODE
 
     def _maybe_open_call(self, depth: int) -> None:
         head = self.source[:-1]

@@ -192,3 +192,9 @@ def test_def_and_class_parentheses_are_not_calls() -> None:
     assert sem.check(state, b"def get(") is None
     assert sem.check(state, b"class get(") is None
     assert calls == []
+
+
+def test_an_argument_list_that_already_breaks_a_rule_is_not_enforced() -> None:
+    """An unclosed call above the cursor swallows the next lines: enforce nothing (never block code)."""
+    prefix = "data = yaml.load(f, \n    p = os.pa"
+    assert call_slots_at(GET, prefix, prefix.index("("), "", lex_text(prefix)) == (None, False)
