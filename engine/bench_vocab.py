@@ -9,6 +9,7 @@ from an empty cache (build time), then loaded from the cache by a fresh index (l
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import tempfile
@@ -77,16 +78,21 @@ def run_qwen(args) -> dict:
         t0 = time.perf_counter()
         index.save()
         save_s = time.perf_counter() - t0
+        size_mb = index.cache_path.stat().st_size / 1e6
+        tables = index.num_tables
+        # the cached pass stands for a process that loads the tables from disk (a server start): drop
+        # the building index and its garbage first, so that they do not weigh on the mask times
+        del index
+        gc.collect()
         t0 = time.perf_counter()
         loaded = TokenIndex(vocab, cache)
         load_s = time.perf_counter() - t0
         second = replay(enc, loaded, files)
-        size_mb = index.cache_path.stat().st_size / 1e6
     report = {
         "tokenizer": "qwen (qwen.tiktoken, Qwen2.5-Coder vocabulary)",
         "vocab_size": vocab.size,
         "files": len(files),
-        "tables": index.num_tables,
+        "tables": tables,
         "table_build_s": round(build_s, 2),
         "first_pass_s": round(first_pass_s, 2),
         "cache_save_s": round(save_s, 2),

@@ -6,7 +6,6 @@ offsets; line endings are normalised to ``\\n`` inside and restored on the way o
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import threading
@@ -18,10 +17,17 @@ import numpy as np
 from . import pylex
 from .api import Completion, CompletionRequest
 from .errors import ModelError
-from .fsm import MaskMemo, PrefixLexer, PythonGuide, TokenIndex, default_cache_dir, detect_indent_style
+from .fsm import (
+    MaskMemo,
+    PrefixLexer,
+    PythonGuide,
+    TokenIndex,
+    default_cache_dir,
+    detect_indent_style,
+)
 from .settings import Settings
 from .text import dominant_eol, normalize_eol
-from .validate import longest_valid
+from .validate import finish_line, longest_valid
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +94,17 @@ def multiline_cut(cursor_line: str, text: str) -> int | None:
                 return pos
         pos = nxt
     return None
+
+
+def ends_at(pieces: list[str], text: str) -> int:
+    """How many of ``pieces`` make up ``text`` (a prefix of their concatenation)."""
+    n = total = 0
+    for piece in pieces:
+        if total + len(piece) > len(text):
+            break
+        total += len(piece)
+        n += 1
+    return n
 
 
 def strip_suffix_overlap(text: str, suffix: str) -> str:
@@ -279,6 +296,7 @@ class Engine:
                 state = state.copy()
                 state.code_only = True  # completing code: comments are masked (generation policy)
             guide = PythonGuide(self.index, state, self.memo)
+            start_state = state.copy()
         sem = sem_start = None
         self._suffix_closes = False
         if guide is not None and s.constraints.semantic:
@@ -344,10 +362,11 @@ class Engine:
                     logits[bias_next] -= s.constraints.fuse_bias  # the fuse's bias on last step's rejected tokens
                     bias_next = None
                 entry["mask_us"] = round((time.perf_counter() - tm) * 1e6, 1)
+                refused = []
                 if sem is not None and sem.active:
                     logits, refused = self._semantic_filter(logits, guide.state, sem, temperature)
                     if refused:
-                        entry["refused"] = refused
+                        entry["refused"] = len(refused)
                 raw_top = torch.argmax(raw)
                 mass = torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum()
             tok_t = sample(logits, temperature, top_p, generator)
@@ -357,17 +376,17 @@ class Engine:
                 tok, top, best = int(tok), int(top), bool(best)
                 if best and mass < s.constraints.fuse_threshold and tok != top:
                     # fuse: the model wants what the constraint forbids; do not force nonsense
-                    action = self._fuse_action(guide, sem, step, suffix)
+                    action = self._fuse_action(guide, sem, step, refused)
                     result.fuses += 1
                     event = {"step": step, "allowed_mass": round(mass, 5), "top": top, "action": action}
                     result.semantics.setdefault("fuses", []).append(event)
                     entry["fuse"] = action
-                    if action != "bias":
+                    if action not in ("bias", "continue"):
                         stop_reason = "fuse"
                         result.trace.append(entry)
                         break
-                    top5 = torch.topk(raw, 5).indices
-                    bias_next = top5[~torch.isfinite(logits[top5])]
+                    if action == "bias":  # the tokens the monitors refused, not those that only wait
+                        bias_next = torch.tensor(refused[:5], dtype=torch.long, device=raw.device)
                 if not best:
                     # fuse: nothing is allowed here (e.g. after half of a UTF-8 character no token completes):
                     # step back one token, mask the one that led here, and try again
@@ -455,8 +474,24 @@ class Engine:
                 pieces.append(closing)
                 text += closing
         result.validation = "skipped"
+        top_level = None
+        if s.constraints.validate:
+            self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
+            top_level = self.prefix_lexer.top_level
         if text and s.constraints.validate:
-            text, result.replace_suffix, result.validation = self._validated(prefix, pieces, suffix)
+            text, result.replace_suffix, result.validation = self._validated(prefix, pieces, suffix, top_level)
+        if guide is not None and s.constraints.validate and not multiline and not result.cancelled \
+                and not result.replace_suffix:
+            # the mode's safe continuation for code: finish the line (close brackets, a string, add
+            # a block opener's ':') at the longest valid point, so the line compiles
+            kept = ends_at(pieces, text)
+            done = finish_line(prefix, pieces[:kept], suffix, lambda t: self._line_fixes(start_state, heal + t),
+                               top_level)
+            if done is not None and done != (kept, ""):
+                k, fix = done
+                result.semantics["line_fix"] = {"kept_pieces": k, "of": kept, "appended": fix}
+                result.validation = "repaired"
+                text = "".join(pieces[:k]) + fix
         t4 = time.perf_counter()
         if not text.strip() and not result.replace_suffix:
             text = ""
@@ -473,13 +508,35 @@ class Engine:
         }
         return result
 
-    def _validated(self, prefix: str, pieces: list[str], suffix: str) -> tuple[str, int, str]:
+    @staticmethod
+    def _line_fixes(start, text: str) -> list[str]:
+        """What may finish the line after ``text`` (lexer ``start`` at the cursor): nothing, the
+        closers of the open brackets (after closing a plain string), then those plus ``:``."""
+        try:
+            st = pylex.lex_text(text, start=start)
+        except pylex.Reject:
+            return []
+        fix = ""
+        if st.mode == pylex.STR and not st.fs and not st.esc:
+            fix = st.q * (3 if st.tri else 1)
+            st = pylex.lex_text(fix, start=st)
+        if st.mode not in pylex.STOPPABLE or st.mode == pylex.COMMENT or st.pend:
+            return [""] if not fix else []
+        if any(not isinstance(f, str) for f in st.brackets):
+            return [""]  # inside an f-string field: leave it to the model
+        opened = st.brackets[len(start.brackets):] if st.brackets[: len(start.brackets)] == start.brackets else ()
+        inner = fix + "".join(pylex.OPENERS[f] for f in reversed(opened))  # brackets the completion opened
+        closers = fix + "".join(pylex.OPENERS[f] for f in reversed(st.brackets))
+        return list(dict.fromkeys(["", inner, closers, closers + ":"]))
+
+    def _validated(self, prefix: str, pieces: list[str], suffix: str, top_level=None) -> tuple[str, int, str]:
         """Validate; when the text after the cursor is only auto-closed characters that the
-        completion also typed, try replacing them (the LSP item's range covers them)."""
+        completion also typed, try replacing them (the LSP item's range covers them). ``top_level``:
+        which line starts are statement starts (keeps the validated region out of strings)."""
         line = suffix.split("\n", 1)[0]
-        k, verdict = longest_valid(prefix, pieces, suffix)
+        k, verdict = longest_valid(prefix, pieces, suffix, top_level)
         if verdict != "ok" and line and set(line) <= CLOSERS and line.strip():
-            k2, verdict2 = longest_valid(prefix, pieces, suffix[len(line):])
+            k2, verdict2 = longest_valid(prefix, pieces, suffix[len(line):], top_level)
             if k2 > k:
                 text = "".join(pieces[:k2])
                 if text.rstrip().endswith(line.strip()[-1:]):
@@ -549,15 +606,22 @@ class Engine:
 
     def _semantic_filter(self, logits, state, sem, temperature: float):
         """Keep only the best :data:`CANDIDATES` lexically allowed tokens that the semantic monitors
-        accept (exact per token; greedy decoding stops at the first). Returns ``(logits [vocab], refused)``."""
+        accept (exact per token; greedy decoding stops at the first). Returns ``(logits [vocab], refused
+        token ids, best first)``."""
         import torch
 
+        tokens = self.index.vocab.tokens
+        if temperature <= 0 and not sem.open_calls() and (sem.member is None or sem.member.done):
+            # only a call the token itself opens can refuse it: a token without "(" passes unchecked
+            best = int(torch.argmax(logits))
+            data = tokens[best] if best < len(tokens) else None
+            if data is None or b"(" not in data:
+                return logits, []
         k = min(CANDIDATES, logits.shape[-1])
         vals, ids = torch.topk(logits, k)
         finite = torch.isfinite(vals).tolist()
-        tokens = self.index.vocab.tokens
         keep: list[int] = []
-        refused = 0
+        refused: list[int] = []
         for tid, ok in zip(ids.tolist(), finite):
             if not ok:
                 break
@@ -568,7 +632,7 @@ class Engine:
                 refusal = sem.check(state, data)
                 allowed = refusal is None
                 if refusal is not None:
-                    refused += 1
+                    refused.append(tid)
                     sem.refusals[refusal.rule] = sem.refusals.get(refusal.rule, 0) + 1
             if allowed:
                 keep.append(tid)
@@ -599,15 +663,16 @@ class Engine:
                     break
         return keep
 
-    def _fuse_action(self, guide, sem, step: int, suffix: str) -> str:
+    def _fuse_action(self, guide, sem, step: int, refused: list[int]) -> str:
         """What the fuse does: ``"safe-continuation"`` (an open call is closed with its required
-        slots), ``"stop"`` (at the last valid point) or ``"bias"`` (go on with the best allowed token
-        and bias the rejected ones at the next step)."""
+        slots), ``"stop"`` (at the last valid point), ``"bias"`` (go on with the best allowed token and
+        bias the tokens the semantic monitors refused at the next step) or ``"continue"`` (only the
+        lexical mask refused them: they may just be early, e.g. a statement before its indentation)."""
         if sem is not None and sem.open_calls() and sem.safe_continuation(self._suffix_closes) is not None:
             return "safe-continuation"
         if step > 0 and guide.is_accepting() and (sem is None or sem.accepting()):
             return "stop"
-        return "bias"
+        return "bias" if refused else "continue"
 
     def _closing(self, start, text: str, result: Completion) -> str:
         """The safe continuation for ``text`` (the completion as it will be inserted): close the open
@@ -639,9 +704,9 @@ class Engine:
     # -- device masks -------------------------------------------------------------------------------
 
     def _blocked_mask(self, guide: PythonGuide, policy: tuple, first_block, first_kind):
-        """``(blocked, allowed_count)``: the tokens to mask now, bool ``[vocab]`` on the model's device (the FSM's complement plus the
-        decoding policies (no stop token first, first-token rule, no blank first body line, no control
-        characters)), and how many tokens stay allowed. Memoised by (lexer state, policy), so a
+        """``(blocked, allowed_count)``: the tokens to mask now, bool ``[vocab]`` on the model's device
+        (the FSM's complement plus the decoding policies: no stop token first, first-token rule, no
+        blank first body line, no control characters), and how many tokens stay allowed. Memoised by (lexer state, policy), so a
         steady-state step is one dict lookup."""
         key = (guide.state.key(), policy, first_kind if policy[0] else None)
         blocked = self._device_masks.get(key)

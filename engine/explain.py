@@ -63,8 +63,9 @@ def to_markdown(record: dict) -> str:
     if not record["slots"]:
         lines.append("No resolved call at the cursor or in the completion.")
     for call in record["slots"]:
-        lines.append(f"- `{call['callee']}` → `{call['qualname']}` ({'signature resolved' if call['resolved'] else 'unresolved: policy only'}, "
-                     f"{call['origin']}): required {call['required'] or '—'}; filled {call['filled'] or '—'}; "
+        how = "signature resolved" if call["resolved"] else "unresolved: policy only"
+        lines.append(f"- `{call['callee']}` → `{call['qualname']}` ({how}, {call['origin']}): "
+                     f"required {call['required'] or '—'}; filled {call['filled'] or '—'}; "
                      f"missing {call['missing'] or '—'}")
     if record.get("member_access"):
         m = record["member_access"]

@@ -40,7 +40,8 @@ class ConstraintSettings:
     validate: bool = True  # tree-sitter + compile() post-filter
     code_only: bool = True  # mask comments in mid-line code completions
     semantic: bool = True  # argument slots and member access from static resolution (engine/slots.py)
-    required_arguments: str = "default"  # policy profile: "default" (ruff S113, PLW1510, PLW1514, S506) | "strict-http" | "off"
+    # policy profile: "default" (ruff S113, PLW1510, PLW1514, S506) | "strict-http" | "off"
+    required_arguments: str = "default"
     member_access: bool = True  # after ``name.``: only attributes jedi resolves for ``name``
     fuse_threshold: float = 0.02  # probability mass of the allowed tokens below which the fuse trips
     fuse_bias: float = 2.0  # logits subtracted from the rejected top tokens at the step after a fuse

@@ -288,12 +288,20 @@ class CallSlots:
             if ch == ":":
                 self.in_lambda = False
             return None
-        if ch == ",":
+        if ch == "," or ch == ")":
+            refusal = self._null_policy_value()
+            if refusal is not None:
+                return refusal
             self._end_arg()
-            return None
-        if ch == ")":
-            self._end_arg()
-            return self._close()
+            return None if ch == "," else self._close()
+        return None
+
+    def _null_policy_value(self) -> Refusal | None:
+        """A policy-required keyword set to ``None`` does not fill its slot (ruff S113 flags
+        ``timeout=None`` too), so the argument may not end there."""
+        name = self.arg_keyword
+        if name and self.arg_text[:-1].strip() == "None" and any(r.name == name for r in self.spec.required_keywords):
+            return Refusal("required-slot", f"{name}=None does not count for {self.spec.callee}() (ruff S113 and kin)")
         return None
 
     def _after_name(self, ch: str) -> Refusal | None:

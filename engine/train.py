@@ -206,7 +206,6 @@ def _lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def _loss(model, batch):
-    import torch
     import torch.nn.functional as F
 
     inputs = batch[:, :-1].clamp(min=0)

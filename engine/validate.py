@@ -14,7 +14,6 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-
 MAX_TRUNCATIONS = 16  # shorter candidates tried (longest first) before a completion is rejected
 
 
@@ -85,28 +84,68 @@ def _starts_statement(line: str) -> bool:
     return bool(line) and line[0] not in " \t\r#)]}@" and not line.startswith(_CONTINUATIONS)
 
 
-def region(prefix: str, suffix: str) -> tuple[str, str]:
+def region(prefix: str, suffix: str, top_level=None) -> tuple[str, str]:
     """The enclosing top-level region around the cursor, ``(region_prefix, region_suffix)``: from the
     last top-level statement line at or before the cursor (with its decorators) to the next one after
-    the cursor's line."""
+    the cursor's line. A line at column 0 inside a string is no statement: ``top_level(offset) ->
+    bool`` (code-point offset of a line start in ``prefix``; from the lexer's line-start states)
+    tells real statement starts; without it the column-0 heuristic decides the start. The end is
+    checked by lexing from the start (never inside a string or brackets)."""
     lines = prefix.split("\n")
-    start_line = 0
+    offsets = [0]
+    for line in lines[:-1]:
+        offsets.append(offsets[-1] + len(line) + 1)
+    start = 0
     for i in range(len(lines) - 1, -1, -1):
-        if _starts_statement(lines[i]):
-            start_line = i
-            while start_line > 0 and lines[start_line - 1].startswith("@"):
-                start_line -= 1
-            break
-    start = sum(len(line) + 1 for line in lines[:start_line])
+        if not _starts_statement(lines[i]) or (top_level is not None and not top_level(offsets[i])):
+            continue
+        first = i
+        while first > 0 and lines[first - 1].startswith("@"):
+            first -= 1
+        start = offsets[first]
+        break
+    lexer = _RegionLexer(prefix[start:])
     end = len(suffix)
     pos = suffix.find("\n") + 1
     while 0 < pos < len(suffix):
         nl = suffix.find("\n", pos)
-        if _starts_statement(suffix[pos: nl if nl >= 0 else len(suffix)]):
+        if _starts_statement(suffix[pos: nl if nl >= 0 else len(suffix)]) and lexer.outside(suffix, pos):
             end = pos
             break
         pos = nl + 1
     return prefix[start:], suffix[:end]
+
+
+class _RegionLexer:
+    """Is a line start in the suffix really outside strings and brackets? (A line at column 0 inside
+    a triple-quoted string is not a statement.) Lexes lazily with the FSM's automaton; when the text
+    cannot be lexed it answers yes (the column-0 heuristic alone)."""
+
+    def __init__(self, head: str):
+        from .pylex import Lex
+
+        self.state = Lex(None)
+        self.state.indents = None  # lenient: only strings and brackets matter here
+        self.done = 0
+        self.broken = False
+        self._feed(head)
+
+    def _feed(self, text: str) -> None:
+        from .pylex import Complex, Reject
+
+        if self.broken:
+            return
+        try:
+            self.state.feed_text(text)
+        except (Reject, Complex):
+            self.broken = True
+
+    def outside(self, suffix: str, pos: int) -> bool:
+        from .pylex import CODE
+
+        self._feed(suffix[self.done:pos])
+        self.done = pos
+        return self.broken or (self.state.mode == CODE and not self.state.brackets)
 
 
 class _Judge:
@@ -118,8 +157,8 @@ class _Judge:
     A new block opener at the end of the buffer is judged with a stand-in body.
     """
 
-    def __init__(self, prefix: str, suffix: str):
-        self.rp, self.rs = region(prefix, suffix)
+    def __init__(self, prefix: str, suffix: str, top_level=None):
+        self.rp, self.rs = region(prefix, suffix, top_level)
         self.e0, self.m0 = count_syntax_errors(self.rp + self.rs)
         self.base_error = first_error(self.rp + self.rs)
         self.cursor = len(self.rp)
@@ -144,16 +183,17 @@ class _Judge:
         return None, err  # the error lies past the insertion, or is an unrelated one before the cursor
 
 
-def validate(prefix: str, completion: str, suffix: str) -> list[Issue]:
-    """Issues that inserting ``completion`` between ``prefix`` and ``suffix`` introduces (empty = fine)."""
-    issue, _ = _Judge(prefix, suffix).check(completion)
+def validate(prefix: str, completion: str, suffix: str, top_level=None) -> list[Issue]:
+    """Issues that inserting ``completion`` between ``prefix`` and ``suffix`` introduces (empty = fine).
+    ``top_level``: which line starts are real statement starts, if known (see :func:`region`)."""
+    issue, _ = _Judge(prefix, suffix, top_level).check(completion)
     return [issue] if issue else []
 
 
-def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str]:
+def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -> tuple[int, str]:
     """Longest ``k`` such that ``"".join(pieces[:k])`` introduces no issue (:class:`_Judge`); returns
     ``(k, verdict)`` with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0)."""
-    judge = _Judge(prefix, suffix)
+    judge = _Judge(prefix, suffix, top_level)
     cursor = judge.cursor
 
     def check(text: str) -> tuple[bool, int | None]:
@@ -179,3 +219,25 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str) -> tuple[int, str
         if tried >= MAX_TRUNCATIONS:
             break
     return 0, "rejected"
+
+
+def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=None) -> tuple[int, str] | None:
+    """Finish the cursor's line: the longest ``k`` and a fix from ``fixes(text) -> [str]`` (closing
+    brackets, quotes, a block opener's ``:``; tried in order) such that ``text + fix`` (``text =
+    "".join(pieces[:k])``) introduces no issue (:class:`_Judge`) and leaves CPython's first error of
+    the region, if any, after the cursor's line. None when no candidate does (at most
+    ``3 * MAX_TRUNCATIONS`` are tried). ``(len(pieces), "")`` when the text already finishes the line.
+    """
+    judge = _Judge(prefix, suffix, top_level)
+    rest_of_line = len(judge.rs.split("\n", 1)[0])
+    tried = 0
+    for k in range(len(pieces), -1, -1):
+        text = "".join(pieces[:k])
+        for fix in fixes(text):
+            issue, err = judge.check(text + fix)
+            if issue is None and (err is None or err > judge.cursor + len(text) + len(fix) + rest_of_line):
+                return k, fix
+            tried += 1
+            if tried >= 3 * MAX_TRUNCATIONS:
+                return None
+    return None

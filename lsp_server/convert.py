@@ -16,8 +16,6 @@ character's start.
 
 from __future__ import annotations
 
-from engine.text import dominant_eol, normalize_eol
-
 import bisect
 import re
 from collections.abc import Sequence
@@ -26,6 +24,7 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from engine.api import CompletionRequest
+from engine.text import dominant_eol, normalize_eol
 
 UTF8 = types.PositionEncodingKind.Utf8.value
 UTF16 = types.PositionEncodingKind.Utf16.value

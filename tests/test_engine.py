@@ -8,7 +8,12 @@ import threading
 import pytest
 
 from engine.api import CompletionRequest
-from engine.complete import dominant_eol, multiline_cut, strip_suffix_overlap, wants_multiline
+from engine.complete import (
+    dominant_eol,
+    multiline_cut,
+    strip_suffix_overlap,
+    wants_multiline,
+)
 from engine.validate import count_syntax_errors
 
 BUFFERS = [

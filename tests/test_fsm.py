@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import random
 
 import numpy as np
 import pytest
 
-from engine.fsm import MaskMemo, PrefixLexer, PythonGuide, TokenIndex, detect_indent_style
+from engine import fsm
+from engine.fsm import (
+    MaskMemo,
+    PrefixLexer,
+    PythonGuide,
+    StateTable,
+    TokenIndex,
+    _build_reference,
+    _CharCanon,
+    detect_indent_style,
+)
 from engine.pylex import Complex, Lex, Reject
 from engine.vocab import Vocabulary
 
@@ -64,6 +75,103 @@ def test_tables_equal_exact_simulation_in_every_state():
         n += 1
     assert n > 200
     assert index.num_tables > 10
+
+
+def same_table(got: StateTable, want: StateTable) -> bool:
+    return (np.array_equal(got.base, want.base) and np.array_equal(np.sort(got.complex_ids), want.complex_ids)
+            and {r: np.sort(ids).tolist() for r, ids in got.groups} == {r: ids.tolist() for r, ids in want.groups})
+
+
+def core_states(texts):
+    """The distinct core states met while lexing ``texts`` character by character (with the file's
+    indentation character, and with either allowed)."""
+    seen = {}
+    for text in texts:
+        for style in (detect_indent_style(text), None):
+            st = Lex(style)
+            seen.setdefault(st.core_key(), st.core())
+            for ch in text:
+                st.feed_char(ch)
+                seen.setdefault(st.core_key(), st.core())
+    return list(seen.values())
+
+
+# a vocabulary with much prefix sharing: every piece of up to 8 characters of the snippets (so the
+# trie is deep and bushy), words behind lead characters, non-ASCII characters of every kind the
+# lexer tells apart (identifier start, continuation only, alphanumeric non-identifier, neither) and
+# their UTF-8 pieces
+_PIECES = sorted({src[i:i + n] for src in SNIPPETS for n in range(1, 9) for i in range(len(src) - n + 1)})
+_EXTRA = ["中", "中文", "文字", " 中文", ".变量", "é", "éa", "ü", "x²", "²", "·", "a·b", "¼", "😀", "😀😀", "€", " «", "ſ", "K"]
+_WORDS = [lead + w for lead in ["", " ", ".", "(", ")", "=", ":"] for w in ["x", "self", "rb", "f", "u", "N", "e5", "0", "12", "_"]]
+BIG = sorted({t.encode() for t in _PIECES + _EXTRA + _WORDS}
+             | {t.encode()[:k] for t in _EXTRA for k in range(1, len(t.encode()))}
+             | {t.encode()[k:] for t in _EXTRA for k in range(1, len(t.encode()))})
+BIG_VOCAB = Vocabulary(tuple(BIG) + (None,), eos_ids=(len(BIG),))
+
+
+@functools.cache
+def big_vocab_cases() -> list[tuple[Lex, StateTable]]:
+    """Core states of the snippets and of random token walks, with their reference tables."""
+    extra = ["x = '中文' + f'{é!r}' # ü\n", "if a:\n\tb = c.d\r\n", "n = 0o7_1 + 0b1 + 1_0.2e+3J + 00 + 1if x else.5\n",
+             "s = b'\\xff' + f'{a:{b}}' + '\\N{DASH}' + f'\\N{DASH}{x!s}' + r'\\x'\nt = x \\\n  .y(...)[1:2]\n"]
+    cores = {st.core_key(): st for st in core_states(SNIPPETS + extra)}
+    rng = random.Random(0)  # token walks reach odd states: partial characters, escapes, f-string specs
+    for _ in range(300):
+        st = Lex(rng.choice([" ", "\t", None]))
+        for _ in range(16):
+            nxt = st.copy()
+            try:
+                nxt.feed_bytes(rng.choice(BIG))
+            except (Reject, Complex):
+                continue
+            st = nxt
+            cores.setdefault(st.core_key(), st.core())
+    return [(core, _build_reference(core, BIG_VOCAB.tokens)) for core in cores.values()]
+
+
+@pytest.mark.parametrize("few", [0, 16])
+def test_trie_build_equals_token_by_token_reference(few, monkeypatch):
+    """The fast build (byte trie, word classes, canonical characters) gives exactly the tables of
+    simulating every token on its own, in every core state met. ``few=0``: the walk descends to
+    every trie node instead of simulating small subtrees token by token (slower: every 4th state)."""
+    monkeypatch.setattr(fsm, "_FEW", few)
+    assert len(BIG) > 1000
+    cases = big_vocab_cases()
+    assert len(cases) > 250
+    index = TokenIndex(BIG_VOCAB, None)
+    for core, want in cases[:: 4 if few == 0 else 1]:
+        assert same_table(index._build(core), want), core.describe()
+
+
+def test_trie_build_equals_reference_on_the_default_vocabulary():
+    """The same on the embedded model's real 8,192-token vocabulary, in states met in real code."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from engine.settings import DEFAULT_MODEL_DIR
+    from engine.vocab import from_hf_tokenizer
+
+    vocab = from_hf_tokenizer(AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True))
+    cores = core_states([Path(fsm.__file__).read_text(encoding="utf-8")])
+    cores = cores[:: max(1, len(cores) // 30)]
+    assert len(cores) >= 30
+    index = TokenIndex(vocab, None)
+    for core in cores:
+        assert same_table(index._build(core), _build_reference(core, vocab.tokens)), core.describe()
+
+
+def test_characters_the_lexer_cannot_tell_apart_share_a_canonical_form():
+    canon = _CharCanon()
+
+    def c(text: str) -> bytes:
+        return canon(text.encode())
+
+    assert c("中文") == c("变量") != c("中²")  # identifier characters vs a digit-like non-identifier
+    assert c("é") == c("ü") and c("x") == b"x" and c("a·b") == c("a·b")
+    assert c("·") != c("é") and c("¼") != c("«")  # continuation only; alphanumeric vs neither
+    assert canon("中".encode()[:2]) == canon("文".encode()[:2]) != canon("中".encode()[:1])  # pieces: length kept
+    assert canon(b"\x80\xe4\xb8\xad") == b"\x80" + c("文")  # a continuation byte opening a token stays
 
 
 def test_deep_brackets_use_pop_requirements():

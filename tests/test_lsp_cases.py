@@ -14,11 +14,18 @@ import re
 
 import pytest
 import pytest_lsp
+from lsp_client import (
+    SERVER,
+    TEST_SETTINGS,
+    Session,
+    apply_edit,
+    position,
+    split_cursor,
+    start,
+)
+from lsp_raw import RawServer, encode, frame
 from lsprotocol import types
 from pytest_lsp import LanguageClient
-
-from lsp_client import SERVER, TEST_SETTINGS, Session, apply_edit, position, split_cursor, start
-from lsp_raw import RawServer, encode, frame
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 P = types.Position

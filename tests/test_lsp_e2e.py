@@ -10,10 +10,9 @@ import re
 
 import pytest
 import pytest_lsp
+from lsp_client import SERVER, Session, capabilities, start, wait_model_loaded
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from lsp_client import SERVER, Session, capabilities, start, wait_model_loaded
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

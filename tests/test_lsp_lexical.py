@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.lexical import CODE, COMMENT, STRING, Context, clip_to_context, cursor_context
+from lsp_server.lexical import (
+    CODE,
+    COMMENT,
+    STRING,
+    Context,
+    clip_to_context,
+    cursor_context,
+)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
 from lsp_raw import RawServer, frame
 
 

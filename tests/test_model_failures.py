@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 import torch
+from lsp_raw import RawServer
 
 from engine.settings import DEFAULT_MODEL_DIR
-from lsp_raw import RawServer
 
 INLINE = "textDocument/inlineCompletion"
 

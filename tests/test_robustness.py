@@ -22,7 +22,6 @@ import re
 import time
 
 import pytest
-
 from lsp_raw import RawServer, encode, frame
 
 SEED = 20261129

@@ -11,7 +11,7 @@ import pytest
 
 from engine.pylex import lex_text
 from engine.signatures import CallSpec, Param, RequiredKeyword
-from engine.slots import CallSlots, MemberAccess, Semantics, call_slots_at
+from engine.slots import MemberAccess, Semantics, call_slots_at
 
 GET = CallSpec(
     callee="requests.get", qualname="requests.get",
@@ -89,6 +89,8 @@ REFUSED = [
     (OPEN, 'open(', 'p)', 1, "required-slot"),  # pylint PLW1514: text mode without encoding
     (OPEN, 'open(', 'p, "r")', 6, "required-slot"),
     (UNRESOLVED, 'rq.get(', 'u)', 1, "required-slot"),  # the policy holds without a signature
+    (GET, 'requests.get(', '"u", timeout=None)', 17, "required-slot"),  # ruff S113 flags None as well
+    (GET, 'requests.get(', '"u", timeout= None , headers=h)', 19, "required-slot"),
 ]
 
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.fsm import MaskMemo, PythonGuide, TokenIndex, default_cache_dir, detect_indent_style
+from engine.fsm import (
+    MaskMemo,
+    PythonGuide,
+    TokenIndex,
+    default_cache_dir,
+    detect_indent_style,
+)
 from engine.pylex import Lex
 from engine.settings import DEFAULT_MODEL_DIR
 from engine.train import held_out_files

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from engine.validate import count_syntax_errors, first_error, longest_valid, region, validate
+from engine.validate import (
+    count_syntax_errors,
+    first_error,
+    longest_valid,
+    region,
+    validate,
+)
 
 
 def test_region_is_the_enclosing_top_level_statement():
