@@ -27,7 +27,7 @@ from .fsm import (
 )
 from .settings import Settings
 from .text import dominant_eol, normalize_eol
-from .validate import finish_line, longest_valid
+from .validate import finish_line, judge, longest_valid
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,11 @@ def multiline_cut(cursor_line: str, text: str) -> int | None:
                 return pos
         pos = nxt
     return None
+
+
+def _leading_break(text: str, allowed: bool) -> int:
+    """Length of the leading whitespace (line breaks included) of ``text`` when ``allowed``, else 0."""
+    return len(text) - len(text.lstrip(" \t\n")) if allowed else 0
 
 
 def ends_at(pieces: list[str], text: str) -> int:
@@ -280,6 +285,9 @@ class Engine:
             result.fingerprint = fp.as_dict()
 
         cursor_line = prefix[prefix.rfind("\n") + 1 :]
+        # an argument list may start on the next line (``f(\n    a, b)``): in call-arguments mode a
+        # single-line completion ends at the first line break after some text, not before it
+        wrap_ok = fp is not None and fp.mode == "call-arguments"
         # token healing: BPE tokens carry their leading space (" '__main__'"), so a space typed before
         # the cursor is handed back to the model, which must start with it; it is removed afterwards
         heal = ""
@@ -440,7 +448,7 @@ class Engine:
             result.trace.append(entry)
             if req.on_token is not None:
                 req.on_token(piece.decode("utf-8", "replace"))
-            if not multiline and "\n" in text:
+            if not multiline and "\n" in text[_leading_break(text, wrap_ok):]:
                 stop_reason = "newline"
                 break
             if multiline and "\n" in text and multiline_cut(cursor_line, text) is not None:
@@ -455,7 +463,8 @@ class Engine:
 
         # policy cut
         if not multiline:
-            text = text.split("\n", 1)[0]
+            lead = _leading_break(text, wrap_ok)
+            text = text[:lead] + text[lead:].split("\n", 1)[0]
         else:
             cut = multiline_cut(cursor_line, text)
             if cut is not None:
@@ -468,28 +477,40 @@ class Engine:
         cuts = accepting if guide is not None else ends
         ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
         pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
-        if sem_start is not None and not result.cancelled:
-            closing = self._closing(sem_start, heal + text, result)
-            if closing:
-                pieces.append(closing)
-                text += closing
         result.validation = "skipped"
         top_level = None
         if s.constraints.validate:
             self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
             top_level = self.prefix_lexer.top_level
-        if text and s.constraints.validate:
+        closed = False
+        if sem_start is not None and not result.cancelled:
+            # the call-arguments safe continuation: close the open calls with their missing slots, at
+            # the longest point where that gives valid code
+            accept = judge(prefix, suffix, top_level) if s.constraints.validate else (lambda t: True)
+            k, closing = self._closing(sem_start, heal, pieces, result, accept)
+            if closing:
+                result.validation = "ok" if k == len(pieces) else "repaired"
+                pieces, closed = pieces[:k] + [closing], True
+                text = "".join(pieces)
+        if text and s.constraints.validate and not closed:
             text, result.replace_suffix, result.validation = self._validated(prefix, pieces, suffix, top_level)
+            if sem_start is not None and not result.cancelled and not result.replace_suffix \
+                    and len(text) < len("".join(pieces)):  # truncated: the shorter text may need its slots
+                kept = pieces[: ends_at(pieces, text)]
+                k, closing = self._closing(sem_start, heal, kept, result, accept)
+                if closing:
+                    pieces, closed = kept[:k] + [closing], True
+                    text = "".join(pieces)
+                    result.validation = "repaired"
+        pieces = pieces[: ends_at(pieces, text)]
         if guide is not None and s.constraints.validate and not multiline and not result.cancelled \
-                and not result.replace_suffix:
-            # the mode's safe continuation for code: finish the line (close brackets, a string, add
-            # a block opener's ':') at the longest valid point, so the line compiles
-            kept = ends_at(pieces, text)
-            done = finish_line(prefix, pieces[:kept], suffix, lambda t: self._line_fixes(start_state, heal + t),
-                               top_level)
-            if done is not None and done != (kept, ""):
+                and not result.replace_suffix and not closed:
+            # the code mode's safe continuation: finish the line (close brackets, a string, add a
+            # block opener's ':') at the longest valid point, so the line compiles
+            done = finish_line(prefix, pieces, suffix, lambda t: self._line_fixes(start_state, heal + t), top_level)
+            if done is not None and done != (len(pieces), ""):
                 k, fix = done
-                result.semantics["line_fix"] = {"kept_pieces": k, "of": kept, "appended": fix}
+                result.semantics["line_fix"] = {"kept_pieces": k, "of": len(pieces), "appended": fix}
                 result.validation = "repaired"
                 text = "".join(pieces[:k]) + fix
         t4 = time.perf_counter()
@@ -627,7 +648,7 @@ class Engine:
                 break
             data = tokens[tid] if tid < len(tokens) else None
             if data is None:
-                allowed = sem.accepting()
+                allowed = sem.may_end()
             else:
                 refusal = sem.check(state, data)
                 allowed = refusal is None
@@ -657,7 +678,7 @@ class Engine:
         keep = []
         for tid in order[:count].tolist():
             data = tokens[tid] if tid < len(tokens) else None
-            if (sem.accepting() if data is None else sem.check(state, data) is None):
+            if (sem.may_end() if data is None else sem.check(state, data) is None):
                 keep.append(tid)
                 if temperature <= 0:
                     break
@@ -668,38 +689,57 @@ class Engine:
         slots), ``"stop"`` (at the last valid point), ``"bias"`` (go on with the best allowed token and
         bias the tokens the semantic monitors refused at the next step) or ``"continue"`` (only the
         lexical mask refused them: they may just be early, e.g. a statement before its indentation)."""
-        if sem is not None and sem.open_calls() and sem.safe_continuation(self._suffix_closes) is not None:
+        if sem is not None and sem.open_calls() and sem.safe_continuation(self._suffix_closes, guide.state) is not None:
             return "safe-continuation"
         if step > 0 and guide.is_accepting() and (sem is None or sem.accepting()):
             return "stop"
         return "bias" if refused else "continue"
 
-    def _closing(self, start, text: str, result: Completion) -> str:
-        """The safe continuation for ``text`` (the completion as it will be inserted): close the open
-        calls with their missing policy keywords (ruff S113 ``timeout=10`` ...). Empty when nothing is
-        missing."""
-        sem = start[1].copy()
-        state, refusal = sem.advance_state(start[0], text.encode("utf-8"))
-        if refusal is not None:
-            return ""
-        result.semantics["final"] = [c.describe() for c in sem.calls]
-        if not any(c.missing() for c in sem.open_calls()):
-            return ""
-        quote = ""
-        if state.mode == pylex.STR and not state.esc and not state.pend and not state.fs:
-            quote = state.q * (3 if state.tri else 1)  # the completion stopped inside a string: close it first
-            state, refusal = sem.advance_state(state, quote.encode("utf-8"))
+    def _suffix_ends_well(self, sem, state) -> bool:
+        """When the text after the cursor closes the cursor's call, would its ``)`` be accepted here
+        (every slot filled, policy values fine)? True when the suffix does not close it."""
+        cursor_calls = [c for c in sem.open_calls() if c.origin == "cursor"]
+        if not (self._suffix_closes and cursor_calls and len(state.brackets) == cursor_calls[0].depth):
+            return True
+        return sem.copy().advance_state(state, b")")[1] is None
+
+    def _closing(self, start, heal: str, pieces: list[str], result: Completion, accept) -> tuple[int, str]:
+        """The safe continuation for the completion ``heal + "".join(pieces)``: close the open calls
+        with their missing policy keywords (ruff S113 ``timeout=10`` ...) and the brackets the
+        completion opened inside them. Returns ``(k, closing)``: keep ``pieces[:k]`` and append
+        ``closing``; the longest ``k`` whose closing the lexer and the monitors accept (after a
+        dangling ``.``, or inside a call whose required positional is missing, a shorter text is
+        closed); ``accept(text) -> bool`` is the validator's verdict on the text with its closing.
+        ``(len(pieces), "")`` when nothing is missing or nothing can close it."""
+        for k in range(len(pieces), -1, -1):
+            sem = start[1].copy()
+            state, refusal = sem.advance_state(start[0], (heal + "".join(pieces[:k])).encode("utf-8"))
             if refusal is not None:
-                return ""
-        if state.mode not in pylex.STOPPABLE or state.mode in PROSE_MODES or state.esc or state.pend:
-            return ""  # not at a point where an argument list can go on (after a dot, in a comment, ...)
-        closing = sem.safe_continuation(self._suffix_closes)
-        if not closing:
-            return ""
-        result.semantics["safe_continuation"] = quote + closing
-        sem.advance_state(state, closing.encode("utf-8"))
-        result.semantics["final"] = [c.describe() for c in sem.calls]  # the slot state as inserted
-        return quote + closing
+                continue
+            if k == len(pieces):
+                result.semantics["final"] = [c.describe() for c in sem.calls]
+                if not any(c.missing() for c in sem.open_calls()) and self._suffix_ends_well(sem, state):
+                    return len(pieces), ""
+            quote = ""
+            if state.mode == pylex.STR and not state.esc and not state.pend and not state.fs:
+                quote = state.q * (3 if state.tri else 1)  # stopped inside a string: close it first
+                state, refusal = sem.advance_state(state, quote.encode("utf-8"))
+                if refusal is not None:
+                    continue
+            if state.mode in PROSE_MODES or state.pend:
+                continue
+            closing = sem.safe_continuation(self._suffix_closes, state)
+            if not closing:
+                continue
+            after, refusal = sem.advance_state(state, closing.encode("utf-8"))
+            if refusal is not None or after.mode not in pylex.STOPPABLE or not self._suffix_ends_well(sem, after):
+                continue  # e.g. ")" right after a dangling ".", or an unsafe yaml Loader the suffix's ")" ends
+            if not accept("".join(pieces[:k]) + quote + closing):
+                continue
+            result.semantics["safe_continuation"] = quote + closing
+            result.semantics["final"] = [c.describe() for c in sem.calls]  # the slot state as inserted
+            return k, quote + closing
+        return len(pieces), ""
 
     # -- device masks -------------------------------------------------------------------------------
 

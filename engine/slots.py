@@ -47,6 +47,7 @@ _NOT_CALLEES = frozenset({
 _CALLEE_RE = re.compile(r"([A-Za-z_]\w*(?:[ \t]*\.[ \t]*[A-Za-z_]\w*)*)[ \t]*$")
 _DEF_RE = re.compile(r"(?:^|[\s;])(?:def|class)[ \t]+$")
 _BINARY_MODE = re.compile(r"""^\s*[rRuUfF]*(['"])[^'"]*b""")
+_SAFE_LOADER = re.compile(r"^(?:[A-Za-z_]\w*\s*\.\s*)*C?SafeLoader$")  # ruff S506
 
 # phases of the argument currently being written (at the call's own depth)
 START, NAME, NAME_WS, EQ, EQ_ONLY, EXPR = range(6)
@@ -151,16 +152,6 @@ class CallSlots:
                 return req.mode_position
         return 1
 
-    def closing_text(self) -> str | None:
-        """The safe continuation that fills the missing policy keywords: ``"timeout=10"`` joined by
-        ``", "`` (no parenthesis). None when a required *positional* parameter is missing (no value can
-        be invented for it)."""
-        missing = self.missing()
-        if any(n in self.spec.required_positional for n in missing):
-            return None
-        values = {r.name: r.safe_value for r in self.spec.required_keywords}
-        return ", ".join(f"{n}={values[n]}" for n in missing)
-
     def describe(self) -> dict:
         spec = self.spec
         return {
@@ -179,8 +170,7 @@ class CallSlots:
         if self.closed or depth < self.depth:
             return None
         if depth > self.depth or not code:
-            if self.arg_index < 2 or self.arg_keyword is not None:
-                self.arg_text += ch
+            self.arg_text += ch
             return None
         return self._code(ch)
 
@@ -240,8 +230,7 @@ class CallSlots:
     def _code(self, ch: str) -> Refusal | None:  # noqa: C901 - one switch over phases
         phase = self.phase
         ws = ch in " \t\r\n\\#"
-        if self.arg_index < 2 or self.arg_keyword is not None:
-            self.arg_text += ch
+        self.arg_text += ch
         if phase == EQ or phase == EQ_ONLY:
             if ch == "=":  # ``name == value``: a comparison, so a positional argument
                 self.phase = EXPR
@@ -297,11 +286,20 @@ class CallSlots:
         return None
 
     def _null_policy_value(self) -> Refusal | None:
-        """A policy-required keyword set to ``None`` does not fill its slot (ruff S113 flags
-        ``timeout=None`` too), so the argument may not end there."""
+        """A policy slot filled with a value its rule rejects does not count, so the argument may not
+        end there: ``None`` never (ruff S113 flags ``timeout=None`` too), and ruff S506 accepts only
+        ``SafeLoader``/``CSafeLoader`` as ``yaml.load``'s ``Loader`` (by keyword or position)."""
         name = self.arg_keyword
-        if name and self.arg_text[:-1].strip() == "None" and any(r.name == name for r in self.spec.required_keywords):
-            return Refusal("required-slot", f"{name}=None does not count for {self.spec.callee}() (ruff S113 and kin)")
+        value = self.arg_text[:-1].strip()
+        for req in self.spec.required_keywords:
+            if req.name == name or (name is None and req.position is not None and req.position == self.arg_index
+                                    and not self.star):
+                if value == "None":
+                    return Refusal("required-slot", f"{req.name}=None does not count for {self.spec.callee}() "
+                                                    f"({req.rule})")
+                if req.rule == "S506" and not _SAFE_LOADER.match(value):
+                    return Refusal("required-slot", f"{self.spec.callee}() needs a safe Loader (ruff S506), "
+                                                    f"not {value!r}")
         return None
 
     def _after_name(self, ch: str) -> Refusal | None:
@@ -500,44 +498,79 @@ class Semantics:
         """Like :meth:`advance`, also returning the lexer state after ``data`` (``state`` is not changed)."""
         return self._feed_text(state, data)
 
+    def may_end(self) -> bool:
+        """May the completion end here (a stop token)? Not while the call at the cursor still lacks
+        a required argument that no safe continuation can supply (asked inside ``subprocess.run(``,
+        an empty answer helps nobody), nor after a half-typed attribute name."""
+        for call in self.open_calls():
+            if call.origin == "cursor":
+                values = {r.name for r in call.spec.required_keywords}
+                if any(n in call.spec.required_positional and n not in values for n in call.missing()):
+                    return False
+        return self.accepting()
+
     def accepting(self) -> bool:
         """May generation stop here (semantically)? A half-typed attribute name may not."""
         return self.member is None or self.member.accepting()
 
-    def safe_continuation(self, suffix_closes: bool) -> str | None:
+    def safe_continuation(self, suffix_closes: bool, state: Lex | None = None) -> str | None:
         """Text that closes the open calls (innermost first) with their missing policy keywords, e.g.
-        ``", timeout=10)"``; None when there is no open call or a call lacks a required *positional*
-        argument (no value is invented for it). ``suffix_closes``: the text after the cursor already
-        holds the ``)`` of the call the cursor is in (then only the slots are added)."""
+        ``", timeout=10)"``, closing on the way the brackets the completion opened inside them (``state``:
+        the lexer after :attr:`source`; without it only the calls are closed). None when there is no
+        open call, a call lacks a required *positional* argument (no value is invented for it), or an
+        f-string field is open. ``suffix_closes``: the text after the cursor already holds the ``)`` of
+        the call the cursor is in (then only the slots are added)."""
         open_calls = self.open_calls()
         if not open_calls:
             return None
+        by_depth = {c.depth: c for c in open_calls}
+        outermost = min(by_depth)
+        frames = state.brackets if state is not None else ()
+        if any(not isinstance(f, str) for f in frames[outermost - 1:]):
+            return None
+        top = max(len(frames), max(by_depth))
         out = ""
-        for call in reversed(open_calls):
-            values = {r.name: r.safe_value for r in call.spec.required_keywords}
-            missing = call.missing()
-            if any(n in call.spec.required_positional for n in missing):
-                return None if not out else out
-            if call.phase in (EQ, EQ_ONLY) or (call.arg_keyword not in (None, "*") and not call.arg_text.strip()):
-                name = call.name if call.phase in (EQ, EQ_ONLY) else call.arg_keyword
-                if name not in values:
-                    return None if not out else out
-                out += values[name]
-                missing = [n for n in missing if n != name]
-            elif call.phase == NAME and call.name:  # a half-typed keyword name: finish it
-                name = next((n for n in missing if n.startswith(call.name) and n != call.name), None)
-                if name is not None:
-                    out += f"{name[len(call.name):]}={values[name]}"
-                    missing = [n for n in missing if n != name]
-            if missing:
-                tail = (self.source + out).rstrip(" \t")
-                if tail.endswith("("):
-                    sep = ""
-                elif tail.endswith(","):
-                    sep = "" if (self.source + out).endswith((" ", "\t")) else " "
-                else:
-                    sep = ", "
-                out += sep + ", ".join(f"{n}={values[n]}" for n in missing)
+        for depth in range(top, outermost - 1, -1):
+            call = by_depth.get(depth)
+            if call is None:
+                if depth <= len(frames):
+                    out += pylex.OPENERS[frames[depth - 1]]  # a bracket the completion opened in the call
+                continue
+            fill = self._fill(call, out)
+            if fill is None:
+                return None
+            out += fill
             if not (call.origin == "cursor" and suffix_closes):
                 out += ")"
         return out
+
+    def _fill(self, call: CallSlots, out: str) -> str | None:
+        """The missing policy keywords of ``call`` as source text after ``self.source + out``."""
+        values = {r.name: r.safe_value for r in call.spec.required_keywords}
+        missing = call.missing()
+        if any(n in call.spec.required_positional and n not in values for n in missing):
+            return None  # no value is invented for a required argument the policy knows nothing of
+        fill = ""
+        if not out and (call.phase in (EQ, EQ_ONLY) or (call.arg_keyword not in (None, "*")
+                                                         and not call.arg_text.strip())):
+            name = call.name if call.phase in (EQ, EQ_ONLY) else call.arg_keyword
+            if name not in values:
+                return None  # a keyword's value is missing and no safe value is known
+            fill += values[name]
+            missing = [n for n in missing if n != name]
+        elif not out and call.phase == NAME and call.name:  # a half-typed keyword name: finish it
+            name = next((n for n in missing if n.startswith(call.name) and n != call.name), None)
+            if name is not None:
+                fill += f"{name[len(call.name):]}={values[name]}"
+                missing = [n for n in missing if n != name]
+        if missing:
+            text = self.source + out + fill
+            tail = text.rstrip(" \t")
+            if tail.endswith("("):
+                sep = ""
+            elif tail.endswith(","):
+                sep = "" if text.endswith((" ", "\t")) else " "
+            else:
+                sep = ", "
+            fill += sep + ", ".join(f"{n}={values[n]}" for n in missing)
+        return fill

@@ -190,6 +190,13 @@ def validate(prefix: str, completion: str, suffix: str, top_level=None) -> list[
     return [issue] if issue else []
 
 
+def judge(prefix: str, suffix: str, top_level=None):
+    """A reusable verdict ``ok(text) -> bool`` for texts inserted between ``prefix`` and ``suffix``
+    (the rule of :class:`_Judge`; the region is computed once)."""
+    rule = _Judge(prefix, suffix, top_level)
+    return lambda text: rule.check(text)[0] is None
+
+
 def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -> tuple[int, str]:
     """Longest ``k`` such that ``"".join(pieces[:k])`` introduces no issue (:class:`_Judge`); returns
     ``(k, verdict)`` with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0)."""
@@ -200,25 +207,51 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -
         issue, err = judge.check(text)
         return issue is None, err
 
-    full = "".join(pieces)
-    good, err = check(full)
+    n = len(pieces)
+    good, err = check("".join(pieces))
     if good:
-        return len(pieces), "ok"
-    limit = len(full)
-    tried = 0
-    for k in range(len(pieces) - 1, 0, -1):
-        if err is not None and cursor <= err < cursor + limit:
-            limit = err - cursor  # a shorter candidate must end before the first error
+        return n, "ok"
+    limit = len("".join(pieces))
+    if err is not None and cursor <= err < cursor + limit:
+        limit = err - cursor  # a shorter candidate must end before the first error
+
+    def try_k(k: int) -> bool | None:
+        """Valid? None when not worth a check (whitespace only, or past the first error)."""
+        nonlocal limit
         text = "".join(pieces[:k])
         if not text.strip() or len(text) > limit:
-            continue
-        good, err = check(text)
-        if good:
-            return k, "truncated"
-        tried += 1
-        if tried >= MAX_TRUNCATIONS:
-            break
-    return 0, "rejected"
+            return None
+        ok, e = check(text)
+        if not ok and e is not None and cursor <= e < cursor + limit:
+            limit = e - cursor
+        return ok
+
+    # gallop down (n-1, n-2, n-4, ...) to a valid k, then bisect up towards the nearest invalid one
+    # above it: about 2 log2(n) checks instead of one per piece
+    hi, lo, step, k, tried = n, 0, 1, n - 1, 0
+    while k >= 1 and tried < MAX_TRUNCATIONS:
+        verdict = try_k(k)
+        if verdict is not None:
+            tried += 1
+            if verdict:
+                lo = k
+                break
+            hi = k
+        nxt = n - 2 * step
+        if nxt >= k:
+            nxt = k - 1
+        k, step = (1 if nxt < 1 < k else nxt), step * 2
+    if lo == 0:
+        return 0, "rejected"
+    while hi - lo > 1 and tried < 2 * MAX_TRUNCATIONS:
+        mid = (lo + hi) // 2
+        verdict = try_k(mid)
+        tried += verdict is not None
+        if verdict:
+            lo = mid
+        else:
+            hi = mid
+    return lo, "truncated"
 
 
 def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=None) -> tuple[int, str] | None:

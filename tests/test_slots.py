@@ -200,3 +200,34 @@ def test_an_argument_list_that_already_breaks_a_rule_is_not_enforced() -> None:
     """An unclosed call above the cursor swallows the next lines: enforce nothing (never block code)."""
     prefix = "data = yaml.load(f, \n    p = os.pa"
     assert call_slots_at(GET, prefix, prefix.index("("), "", lex_text(prefix)) == (None, False)
+
+
+def test_safe_continuation_closes_the_brackets_the_completion_opened_inside_the_call() -> None:
+    prefix, completion = "r = requests.get(", '"u", f(x, [1'
+    refusal, _, sem = run(GET, prefix, completion)
+    assert refusal is None
+    state = lex_text(prefix + completion)
+    closing = sem.safe_continuation(False, state)
+    assert closing == "]), timeout=10)"
+    compile(prefix + completion + closing, "<call>", "exec")
+    assert sem.safe_continuation(True, state) == "]), timeout=10"
+
+
+YAML_LOAD = CallSpec(
+    callee="yaml.load", qualname="yaml.load",
+    params=(Param("stream", "positional_or_keyword", True), Param("Loader", "positional_or_keyword", False)),
+    keyword_names=frozenset({"stream", "Loader"}), positional_max=2, required_positional=("stream",),
+    required_keywords=(RequiredKeyword("Loader", "S506", "yaml.SafeLoader", 1),))
+
+
+@pytest.mark.parametrize("completion,ok", [
+    ("f, Loader=yaml.SafeLoader)", True),
+    ("f, yaml.CSafeLoader)", True),
+    ("f, Loader=SafeLoader)", True),
+    ("f, Loader=yaml.Loader)", False),  # ruff S506: only the safe loaders
+    ("f, MyLoader)", False),
+    ("f, Loader=None)", False),
+])
+def test_yaml_load_needs_a_safe_loader(completion, ok) -> None:
+    refusal, _, _ = run(YAML_LOAD, "data = yaml.load(", completion)
+    assert (refusal is None) is ok, refusal

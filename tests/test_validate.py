@@ -60,3 +60,58 @@ def test_counts_and_first_error():
     assert sum(count_syntax_errors("x = (1\n")) > 0
     assert first_error("x = 1\n") is None
     assert first_error("x = 1\ny = )\n") == len("x = 1\ny = ")
+
+
+DOC_IN_STRING = '''def f():
+    text = """
+Module(
+    body=[])
+"""
+    return g(█)
+
+
+def h():
+    return 1
+'''
+
+
+def test_regions_never_start_inside_a_string_when_line_states_are_known():
+    from engine.fsm import PrefixLexer
+    from engine.validate import region
+
+    prefix, suffix = DOC_IN_STRING.split("█")
+    rp, _ = region(prefix, suffix)
+    assert not rp.startswith("def f():")  # the column-0 heuristic alone is fooled by the string's text
+    lexer = PrefixLexer()
+    lexer.lex(prefix, " ")
+    rp, rs = region(prefix, suffix, lexer.top_level)
+    assert rp.startswith("def f():") and rs.endswith("\n\n\n") and "def h" not in rs
+    # an unclosed call inside the completion is no longer hidden behind the string's "error"
+    assert longest_valid(prefix, ["x, y(", "1"], suffix, lexer.top_level) == (0, "rejected")
+
+
+def test_regions_never_end_inside_a_string():
+    from engine.validate import region
+
+    prefix = "def f():\n    return g("
+    suffix = ', """\nNot a statement\n""")\n\n\nx = 1\n'
+    _, rs = region(prefix, suffix)
+    assert rs.endswith('""")\n\n\n')
+
+
+@pytest.mark.parametrize("prefix,pieces,suffix,fixes,want", [
+    ("x = foo(", ["a", ", b(1"], "\n", lambda t: ["", ")" * (t.count("(") - t.count(")") + 1)], (2, "))")),
+    ("if x", [" > 0"], "\n    pass\n", lambda t: ["", ":"], (1, ":")),
+    ("y = [1, ", ["2"], "]\n", lambda t: ["", "]"], (1, "")),  # already finishes the line
+    ("z = ", ["+"], "\n", lambda t: [""], None),  # nothing can finish it
+])
+def test_finish_line_takes_the_longest_text_that_a_fix_completes(prefix, pieces, suffix, fixes, want):
+    from engine.validate import finish_line
+
+    assert finish_line(prefix, pieces, suffix, fixes) == want
+
+
+def test_longest_valid_reaches_back_over_many_pieces():
+    """The valid point is 20 pieces back: found by galloping, not by trying each piece."""
+    pieces = ["path"] + ["x"] * 0 + [", ", '"rb")'] + [" as", " f"] + [".", "a"] * 10
+    assert longest_valid("with open(", pieces, ") as f:\n    pass\n") == (2, "truncated")  # "path, "
