@@ -216,15 +216,13 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -
         limit = err - cursor  # a shorter candidate must end before the first error
 
     def try_k(k: int) -> bool | None:
-        """Valid? None when not worth a check (whitespace only, or past the first error)."""
-        nonlocal limit
+        """Valid? None when not worth a check (whitespace only, or past the full text's first error:
+        every prefix containing that error has it too; a shorter candidate's error says nothing
+        about longer ones, ``(`` fails where ``(x)`` passes)."""
         text = "".join(pieces[:k])
         if not text.strip() or len(text) > limit:
             return None
-        ok, e = check(text)
-        if not ok and e is not None and cursor <= e < cursor + limit:
-            limit = e - cursor
-        return ok
+        return check(text)[0]
 
     # gallop down (n-1, n-2, n-4, ...) to a valid k, then bisect up towards the nearest invalid one
     # above it: about 2 log2(n) checks instead of one per piece
@@ -241,8 +239,15 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -
         if nxt >= k:
             nxt = k - 1
         k, step = (1 if nxt < 1 < k else nxt), step * 2
-    if lo == 0:
-        return 0, "rejected"
+    if lo == 0:  # validity is not monotonic ("(x)" valid, "(" and "(x) -> a" not): short texts, one by one
+        for k in range(1, n):
+            if tried >= 2 * MAX_TRUNCATIONS:
+                break
+            verdict = try_k(k)
+            tried += verdict is not None
+            if verdict:
+                lo = k
+        return (lo, "truncated") if lo else (0, "rejected")
     while hi - lo > 1 and tried < 2 * MAX_TRUNCATIONS:
         mid = (lo + hi) // 2
         verdict = try_k(mid)

@@ -115,3 +115,8 @@ def test_longest_valid_reaches_back_over_many_pieces():
     """The valid point is 20 pieces back: found by galloping, not by trying each piece."""
     pieces = ["path"] + ["x"] * 0 + [", ", '"rb")'] + [" as", " f"] + [".", "a"] * 10
     assert longest_valid("with open(", pieces, ") as f:\n    pass\n") == (2, "truncated")  # "path, "
+
+
+def test_longest_valid_finds_a_short_valid_prefix_among_invalid_ones():
+    pieces = ["(", "x", ")", " ->", " a"] + [",", " a"] * 20
+    assert longest_valid("def f(xs):\n\tfor x in xs:\n\t\t", pieces, "\n") == (3, "truncated")
