@@ -376,7 +376,12 @@ class Engine:
                     if refused:
                         entry["refused"] = len(refused)
                 raw_top = torch.argmax(raw)
-                mass = torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum()
+                # the fuse needs the allowed probability mass only when the favourite is masked; on the
+                # CPU asking first is free (no device to sync with), on an accelerator the sum is cheaper
+                if raw.device.type != "cpu" or not bool(torch.isfinite(logits[raw_top])):
+                    mass = torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum()
+                else:
+                    mass = torch.ones((), dtype=torch.float32)
             tok_t = sample(logits, temperature, top_p, generator)
             if guide is not None:
                 tok, top, best, mass = torch.stack([tok_t.double(), raw_top.double(),
