@@ -877,11 +877,6 @@ def _load_engine(settings: Settings, progress: Callable[[str, float], None]):
 
     engine = Engine(settings)
     engine.load(progress=progress)
-    if settings.constraints.semantic:
-        from engine.signatures import warm_up
-
-        # jedi's first call (~1 s) in the background, not in the first completion that needs it
-        threading.Thread(target=warm_up, name="fsm-complete-jedi-warm-up", daemon=True).start()
     return engine
 
 
