@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+import pytest_lsp
+from lsp_client import SERVER, Session, start
+from pytest_lsp import LanguageClient
 
 # keep CPU threads low: tests run beside other processes on a 2-core machine
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -31,3 +34,17 @@ def engine():
     eng.load()
     yield eng
     eng.save_tables()
+
+
+# one real server per test module and client flavour (VS Code's and Neovim's capabilities), for the
+# end-to-end LSP tests that ask for ``session``
+@pytest_lsp.fixture(config=SERVER, scope="module", params=["visual_studio_code", "neovim"])
+async def client(lsp: LanguageClient, request):
+    lsp.session = await start(lsp, request.param)
+    yield
+    await lsp.shutdown_session()
+
+
+@pytest.fixture(scope="module")
+def session(client) -> Session:
+    return client.session

@@ -13,19 +13,15 @@ import ast
 import re
 
 import pytest
-import pytest_lsp
 from lsp_client import (
-    SERVER,
     TEST_SETTINGS,
     Session,
     apply_edit,
     position,
     split_cursor,
-    start,
 )
 from lsp_raw import RawServer, encode, frame
 from lsprotocol import types
-from pytest_lsp import LanguageClient
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 P = types.Position
@@ -36,17 +32,6 @@ LONG_BUDGET = {
 }
 RAW_CAPABILITIES = {"window": {"workDoneProgress": True}}
 
-
-@pytest_lsp.fixture(config=SERVER, scope="module", params=["visual_studio_code", "neovim"])
-async def client(lsp: LanguageClient, request):
-    lsp.session = await start(lsp, request.param)
-    yield
-    await lsp.shutdown_session()
-
-
-@pytest.fixture(scope="module")
-def session(client) -> Session:
-    return client.session
 
 
 @pytest.fixture(scope="module")

@@ -17,17 +17,6 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-@pytest_lsp.fixture(config=SERVER, scope="module", params=["visual_studio_code", "neovim"])
-async def client(lsp: LanguageClient, request):
-    lsp.session = await start(lsp, request.param)
-    yield
-    await lsp.shutdown_session()
-
-
-@pytest.fixture(scope="module")
-def session(client) -> Session:
-    return client.session
-
 
 async def test_initialize_announces_what_the_server_does(session: Session):
     caps = session.result.capabilities
