@@ -292,8 +292,8 @@ class Engine:
         # the cursor is handed back to the model, which must start with it; it is removed afterwards
         heal = ""
         guide = None
+        style = detect_indent_style(prefix) if constrained or s.constraints.validate else None
         if constrained:
-            style = detect_indent_style(prefix)
             if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  "):
                 state, _recoveries = self.prefix_lexer.lex(prefix[:-1], style)
                 if state.mode not in PROSE_MODES:
@@ -485,7 +485,7 @@ class Engine:
         result.validation = "skipped"
         top_level = None
         if s.constraints.validate:
-            self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
+            self.prefix_lexer.lex(prefix, style)
             top_level = self.prefix_lexer.top_level
         closed = False
         if sem_start is not None and not result.cancelled:
