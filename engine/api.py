@@ -40,7 +40,9 @@ class Completion:
 
     ``text`` is inserted at the cursor, replacing the first ``replace_suffix`` code points of the
     suffix (an auto-closed ``)`` or quote the completion already contains). ``timings_ms`` holds
-    ``prompt``, ``prefill``, ``decode``, ``validate`` and ``total`` in milliseconds. ``trace`` has one
+    ``prompt``, ``prefill``, ``decode``, ``validate`` and ``total`` in milliseconds, and ``forward``:
+    the part of ``decode`` spent in the model's single-token steps (the rest is sampling and the
+    constraints). ``trace`` has one
     entry per decoded token (token id, text, allowed-token count, mask µs, fuse flag).
     """
 

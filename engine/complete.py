@@ -167,7 +167,9 @@ class Engine:
             if requested == "auto":  # a checkpoint may name its template (the embedded model does)
                 requested = getattr(lm.model.config, "fim_template", None) or "auto"
             template = detect_template(lm.tokenizer.get_vocab(), requested)
-            builder = PromptBuilder(lm.tokenizer, template, min(s.model.context_tokens, lm.max_positions) - 8)
+            # prompt + generated tokens stay inside the model window (positions the model was trained on)
+            budget = min(s.model.context_tokens, lm.max_positions - s.generation.max_tokens_multiline) - 8
+            builder = PromptBuilder(lm.tokenizer, template, max(64, budget))
             report("loading FSM tables", 60)
             vocab = from_hf_tokenizer(lm.tokenizer, template.stop_tokens)
             index = TokenIndex(vocab, default_cache_dir())
@@ -175,7 +177,7 @@ class Engine:
             self.load_error = str(exc)
             raise
         self.lm, self.builder, self.index = lm, builder, index
-        self.kv = KVCache(lm.model, lm.device)
+        self.kv = KVCache(lm.model, lm.device, lm.prefill_threads)
         self.model_name = lm.name
         self._starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in vocab.tokens], dtype=bool)
         self._not_stop = ~np.isin(np.arange(vocab.size), list(set(vocab.eos_ids) | set(builder.stop_ids)))
@@ -348,6 +350,7 @@ class Engine:
         ends: list[int] = []  # text length after each token (truncation candidates)
         accepting: list[int] = [0]  # ... after each token that leaves the lexer where it may stop
         stop_reason = "max_tokens"
+        forward_s = 0.0  # time inside the model's decode steps (the rest of the loop is sampling + constraints)
         while len(gen) < max_tokens:
             step = len(gen)
             if req.cancel is not None and req.cancel.is_set():
@@ -375,18 +378,29 @@ class Engine:
                     logits, refused = self._semantic_filter(logits, guide.state, sem, temperature)
                     if refused:
                         entry["refused"] = len(refused)
-                raw_top = torch.argmax(raw)
-                # the fuse needs the allowed probability mass only when the favourite is masked; on the
-                # CPU asking first is free (no device to sync with), on an accelerator the sum is cheaper
-                if raw.device.type != "cpu" or not bool(torch.isfinite(logits[raw_top])):
-                    mass = torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum()
+                if raw.device.type == "cpu":
+                    # no device to sync with: a few scalar reads, and the allowed probability mass
+                    # (for the fuse) only when the model's favourite is masked
+                    top_logit, top_allowed = torch.max(logits, 0)
+                    best = float(top_logit) != float("-inf")
+                    tok = int(top_allowed) if temperature <= 0 or not best else \
+                        int(sample(logits, temperature, top_p, generator))
+                    top = int(torch.argmax(raw))
+                    mass = 1.0
+                    if best and tok != top:
+                        mass = float(torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum())
                 else:
-                    mass = torch.ones((), dtype=torch.float32)
-            tok_t = sample(logits, temperature, top_p, generator)
+                    # on an accelerator: everything stays on the device, one host transfer per step
+                    raw_top = torch.argmax(raw)
+                    mass = torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum()
+                    tok_t = sample(logits, temperature, top_p, generator)
+                    tok, top, best, mass = torch.stack([tok_t.double(), raw_top.double(),
+                                                        torch.isfinite(logits).any().double(),
+                                                        mass.double()]).tolist()
+                    tok, top, best = int(tok), int(top), bool(best)
+            else:
+                tok = int(sample(logits, temperature, top_p, generator))
             if guide is not None:
-                tok, top, best, mass = torch.stack([tok_t.double(), raw_top.double(),
-                                                    torch.isfinite(logits).any().double(), mass.double()]).tolist()
-                tok, top, best = int(tok), int(top), bool(best)
                 if best and mass < s.constraints.fuse_threshold and tok != top:
                     # fuse: the model wants what the constraint forbids; do not force nonsense
                     action = self._fuse_action(guide, sem, step, refused)
@@ -426,8 +440,6 @@ class Engine:
                     break
                 if tok != top:
                     entry["masked_top"] = top  # the model's favourite was masked
-            else:
-                tok = int(tok_t)
             if tok in stop_ids:
                 stop_reason = "eos"
                 break
@@ -459,7 +471,9 @@ class Engine:
             if multiline and "\n" in text and multiline_cut(cursor_line, text) is not None:
                 stop_reason = "dedent"
                 break
+            tf = time.perf_counter()
             logits = self.kv.decode_one_token(tok)
+            forward_s += time.perf_counter() - tf
         t3 = time.perf_counter()
         if heal and text.startswith(heal):  # the healed space is the user's already
             text = text[len(heal):]
@@ -529,6 +543,7 @@ class Engine:
             "prompt": round((t1 - t0) * 1e3, 2),
             "prefill": round((t2 - t1) * 1e3, 2),
             "decode": round((t3 - t2) * 1e3, 2),
+            "forward": round(forward_s * 1e3, 2),
             "validate": round((t4 - t3) * 1e3, 2),
             "total": round((t4 - t0) * 1e3, 2),
         }
@@ -611,8 +626,8 @@ class Engine:
 
         def resolver(text: str, paren: int):
             callee = text[max(0, paren - 120): paren]
-            if callee not in memo:
-                memo[callee] = signatures.resolve_callee(text, paren, path, policies)
+            if callee not in memo:  # no decode step waits for jedi to parse the whole document
+                memo[callee] = signatures.resolve_callee(text, paren, path, policies, document=False)
             return memo[callee]
 
         sem.resolver = resolver
@@ -637,30 +652,29 @@ class Engine:
         import torch
 
         tokens = self.index.vocab.tokens
-        if temperature <= 0 and not sem.open_calls() and (sem.member is None or sem.member.done):
-            # only a call the token itself opens can refuse it: a token without "(" passes unchecked
-            best = int(torch.argmax(logits))
-            data = tokens[best] if best < len(tokens) else None
-            if data is None or b"(" not in data:
+        refused: list[int] = []
+        first = None
+        if temperature <= 0:
+            # greedy: the best lexically allowed token decides alone when the monitors accept it
+            first = int(torch.argmax(logits))
+            data = tokens[first] if first < len(tokens) else None
+            quiet = not sem.open_calls() and (sem.member is None or sem.member.done)
+            if quiet and data is not None and b"(" not in data:
+                return logits, []  # only a call the token itself opens could refuse it
+            if float(logits[first]) == float("-inf"):
+                return logits, []  # nothing is allowed: the caller's fuse handles it
+            if self._semantic_ok(first, state, sem, refused):
                 return logits, []
         k = min(CANDIDATES, logits.shape[-1])
         vals, ids = torch.topk(logits, k)
         finite = torch.isfinite(vals).tolist()
         keep: list[int] = []
-        refused: list[int] = []
         for tid, ok in zip(ids.tolist(), finite):
             if not ok:
                 break
-            data = tokens[tid] if tid < len(tokens) else None
-            if data is None:
-                allowed = sem.may_end()
-            else:
-                refusal = sem.check(state, data)
-                allowed = refusal is None
-                if refusal is not None:
-                    refused.append(tid)
-                    sem.refusals[refusal.rule] = sem.refusals.get(refusal.rule, 0) + 1
-            if allowed:
+            if tid == first:
+                continue  # checked (and refused) above
+            if self._semantic_ok(tid, state, sem, refused):
                 keep.append(tid)
                 if temperature <= 0:
                     break
@@ -671,6 +685,20 @@ class Engine:
             index = torch.tensor(keep, dtype=torch.long, device=logits.device)
             out[index] = logits[index]
         return out, refused
+
+    def _semantic_ok(self, tid: int, state, sem, refused: list[int]) -> bool:
+        """Do the semantic monitors accept token ``tid`` next? A refusal is appended to ``refused``
+        and counted per rule."""
+        tokens = self.index.vocab.tokens
+        data = tokens[tid] if tid < len(tokens) else None
+        if data is None:
+            return sem.may_end()
+        refusal = sem.check(state, data)
+        if refusal is None:
+            return True
+        refused.append(tid)
+        sem.refusals[refusal.rule] = sem.refusals.get(refusal.rule, 0) + 1
+        return False
 
     def _semantic_scan(self, logits, state, sem, temperature: float) -> list[int]:
         """Every lexically allowed token checked by the semantic monitors, best first (the slow,

@@ -30,6 +30,7 @@ class LoadedModel:
     name: str
     max_positions: int  # the model window (tokens)
     parameters: int
+    prefill_threads: int = 0  # CPU threads for prompt prefill (0: the decode thread count)
 
 
 def resolve_device(requested: str):
@@ -115,10 +116,14 @@ def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: i
         raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model or device \"cpu\"") from exc
     model.eval()
     n_params = sum(p.numel() for p in model.parameters())
+    prefill_threads = 0
     if dev.type == "cpu":
-        # single-token decode of a small model is latency-bound: extra threads only add sync overhead
-        torch.set_num_threads(threads if threads > 0 else (1 if n_params < 50_000_000 else torch.get_num_threads()))
+        # single-token decode of a small model is latency-bound: extra threads only add sync overhead;
+        # prefill (matrix products over the whole prompt) still uses every core torch would
+        cores = torch.get_num_threads()
+        torch.set_num_threads(threads if threads > 0 else (1 if n_params < 50_000_000 else cores))
+        prefill_threads = threads if threads > 0 else cores
     cfg = model.config
     window = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048)
     return LoadedModel(model=model, tokenizer=tokenizer, device=dev, dtype=dt, name=path.name, max_positions=window,
-                       parameters=n_params)
+                       parameters=n_params, prefill_threads=prefill_threads)

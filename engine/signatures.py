@@ -914,7 +914,7 @@ def _finish(key: tuple, run, query: tuple):
 
 
 def _jedi_request(kind: str, source: str, expression: str, anchor: int, path: str | None,
-                  imports: ImportMap, run, budget_ms: float | None):
+                  imports: ImportMap, run, budget_ms: float | None, document: bool = True):
     """Memoised jedi query about ``expression`` whose ``(`` or ``.`` is at ``anchor``.
 
     A dotted name rooted in an import (or a builtin) is asked about in a two-line snippet: the
@@ -925,7 +925,8 @@ def _jedi_request(kind: str, source: str, expression: str, anchor: int, path: st
 
     ``budget_ms``: None waits for jedi. Otherwise an answer not ready in time counts as
     unresolved (None) for this call while jedi finishes on a background thread and memoises it
-    for the next one."""
+    for the next one. ``document=False``: a query that needs the whole document is answered only
+    from the cache (None otherwise, nothing started): parsing a large file costs jedi 0.1-1 s."""
     parts = _dotted_parts(expression)
     directory = os.path.dirname(os.path.abspath(path)) if path else None
     if parts and parts[0] in imports:
@@ -944,6 +945,8 @@ def _jedi_request(kind: str, source: str, expression: str, anchor: int, path: st
     cached = _cache_get(key)
     if cached is not _MISS:
         return cached
+    if not document and key[1] == "document":
+        return None
     if budget_ms is None:
         result = run(*query)
         _cache_put(key, result)
@@ -987,10 +990,10 @@ def _merge(overloads: tuple[tuple[Param, ...], ...]):
 
 
 def _spec(source: str, callee: str, paren: int, path: str | None, policies: PolicyTable | None,
-          budget_ms: float | None) -> CallSpec:
+          budget_ms: float | None, document: bool = True) -> CallSpec:
     imports = import_map(source)
     qualname = qualify(callee, imports)
-    resolved = _jedi_request("(", source, callee, paren, path, imports, _jedi_signatures, budget_ms)
+    resolved = _jedi_request("(", source, callee, paren, path, imports, _jedi_signatures, budget_ms, document)
     table = policies if policies is not None else _default_policies()
     aliases = imports.aliases()
     rules = table.required_for(qualname, aliases)
@@ -1037,10 +1040,13 @@ def resolve_call(source: str, offset: int, path: str | None = None, policies: Po
 
 
 def resolve_callee(source: str, paren_offset: int, path: str | None = None, policies: PolicyTable | None = None,
-                   *, budget_ms: float | None = None) -> CallSpec | None:
+                   *, budget_ms: float | None = None, document: bool = True) -> CallSpec | None:
     """Like :func:`resolve_call` for a call the completion itself opens: ``source`` is the document
     prefix plus the completion so far, ending right after the ``(`` at ``paren_offset``. None when
-    that ``(`` is not a call (``def f(``, a tuple, inside a string or comment). Never raises."""
+    that ``(`` is not a call (``def f(``, a tuple, inside a string or comment). ``document=False``
+    (the decode loop): a callee that only the whole document can resolve (a local function,
+    ``self.method``) is resolved from the cache or left unresolved (policy rules only), so that no
+    decode step waits for jedi to parse the file. Never raises."""
     try:
         if not 0 <= paren_offset < len(source) or source[paren_offset] != "(":
             return None
@@ -1050,7 +1056,7 @@ def resolve_callee(source: str, paren_offset: int, path: str | None = None, poli
         callee = _expression_before(source, paren_offset, scan)
         if callee is None:
             return None
-        return _spec(source, callee, paren_offset, path, policies, budget_ms)
+        return _spec(source, callee, paren_offset, path, policies, budget_ms, document)
     except Exception:
         log.debug("resolve_callee failed", exc_info=True)
         return None

@@ -65,7 +65,8 @@ def test_multiline_after_block_opener(engine):
 
 def test_trace_and_timings(engine):
     result = engine.complete(CompletionRequest(prefix="import os\nos.path.", suffix="\n", max_tokens=6))
-    assert set(result.timings_ms) == {"prompt", "prefill", "decode", "validate", "total"}
+    assert set(result.timings_ms) == {"prompt", "prefill", "decode", "forward", "validate", "total"}
+    assert 0 < result.timings_ms["forward"] <= result.timings_ms["decode"]  # forward passes are part of decode
     assert len(result.trace) == result.tokens <= 6
     assert all("mask_us" in step and "id" in step for step in result.trace)
 
