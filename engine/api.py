@@ -60,3 +60,4 @@ class Completion:
     trace: list[dict] = field(default_factory=list)
     fingerprint: dict = field(default_factory=dict)  # engine.fingerprint.Fingerprint.as_dict() (constrained runs)
     semantics: dict = field(default_factory=dict)  # slot state before/after, member access, refusals, fuse events
+    typed_through: int = 0  # > 0: the rest of a recent completion the user typed this many characters of (no decoding)

@@ -140,6 +140,7 @@ class Engine:
         self._domain_ids: dict = {}  # word fragment -> boosted token ids (see _domain_boost)
         self._domain_words: list[str] = []
         self._policies: dict = {}  # project root -> PolicyTable
+        self._recent: list[tuple[tuple, str, str, Completion]] = []  # (request key, prefix, suffix, result)
 
     # -- loading ------------------------------------------------------------------------------------
 
@@ -225,6 +226,7 @@ class Engine:
         """Apply new settings; a different model, device or dtype reloads on the next :meth:`load`."""
         old = self.settings
         self.settings = settings
+        self._recent = []
         self._set_domain_ids()
         if (old.model != settings.model) and self.lm is not None:
             with self._lock:
@@ -240,13 +242,52 @@ class Engine:
 
     # -- completion ---------------------------------------------------------------------------------
 
+    RECENT = 8  # completions remembered for typing through them
+
+    @staticmethod
+    def _request_key(req: CompletionRequest) -> tuple:
+        return (req.constraints, req.multiline, req.max_tokens, req.temperature, req.top_p, req.seed, req.path)
+
+    def _typed_through(self, req: CompletionRequest) -> Completion | None:
+        """The rest of a recent completion when the user typed (part of) it: the same document
+        around the cursor, the new prefix = the old prefix + the start of the old completion. The
+        answer is what the user already saw (ghost text that stays put while typed through, as
+        inline-completion clients expect) and costs no model step; the document it produces is the
+        one the old completion was validated for. None when no recent completion applies."""
+        key = self._request_key(req)
+        for rkey, prefix, suffix, old in reversed(self._recent):
+            if rkey != key or suffix != req.suffix or not req.prefix.startswith(prefix):
+                continue
+            typed = req.prefix[len(prefix):]
+            if typed and old.text.startswith(typed) and len(typed) < len(old.text):
+                rest = old.text[len(typed):]
+                return Completion(text=rest, replace_suffix=old.replace_suffix, multiline=old.multiline,
+                                  stop_reason=old.stop_reason, validation=old.validation,
+                                  typed_through=old.typed_through + len(typed), fingerprint=old.fingerprint,
+                                  semantics=old.semantics)
+        return None
+
     def complete(self, req: CompletionRequest) -> Completion:
-        """Run one completion. Raises ModelError when no model is loaded or the model fails (e.g. OOM)."""
+        """Run one completion. Raises ModelError when no model is loaded or the model fails (e.g. OOM).
+
+        Typing through a recent completion (see :meth:`_typed_through`) answers with its rest
+        without decoding (``typed_through`` > 0 in the result)."""
         if self.lm is None:
             raise ModelError(self.load_error or "the model is not loaded yet")
         with self._lock:
+            t0 = time.perf_counter()
+            reuse = self._typed_through(req)
+            if reuse is not None:
+                reuse.timings_ms = {"total": round((time.perf_counter() - t0) * 1e3, 3)}
+                if req.on_token is not None:
+                    req.on_token(reuse.text)
+                return reuse
             try:
-                return self._complete(req)
+                result = self._complete(req)
+                if not result.cancelled:
+                    self._recent = [*self._recent[-(self.RECENT - 1):],
+                                    (self._request_key(req), req.prefix, req.suffix, result)]
+                return result
             except ModelError:
                 raise
             except RuntimeError as exc:  # torch OOM and friends: keep the server alive

@@ -154,3 +154,34 @@ def test_out_of_memory_during_decode_is_a_clear_error_and_the_engine_recovers(en
             engine.complete(CompletionRequest(prefix="def f(x):\n    return ", suffix="\n", max_tokens=8))
     after = engine.complete(CompletionRequest(prefix="x = [1, 2, ", suffix="]\n", max_tokens=4))
     assert after.prompt_tokens > 0 and after.reused_tokens == 0  # the KV cache was reset
+
+
+@pytest.mark.parametrize("constraints", [True, False])
+def test_typing_through_a_completion_answers_its_rest_without_decoding(engine, constraints):
+    prefix, suffix = "import sys\n\nif __name__ == ", "\n"
+    first = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, constraints=constraints))
+    assert len(first.text) >= 2 and first.tokens > 0 and first.typed_through == 0
+    typed = first.text[:2]
+    again = engine.complete(CompletionRequest(prefix=prefix + typed[0], suffix=suffix, constraints=constraints))
+    assert again.typed_through == 1 and again.tokens == 0 and again.trace == []
+    assert prefix + typed[0] + again.text == prefix + first.text  # the same document as the first answer
+    assert again.validation == first.validation and again.replace_suffix == first.replace_suffix
+    # typing on through the rest keeps answering from the same completion
+    third = engine.complete(CompletionRequest(prefix=prefix + typed, suffix=suffix, constraints=constraints))
+    assert third.typed_through == 2 and prefix + typed + third.text == prefix + first.text
+
+
+def test_typing_something_else_or_editing_elsewhere_decodes_again(engine):
+    prefix, suffix = "import sys\n\nif __name__ == ", "\n"
+    first = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    assert first.text
+    other = "\x01" if first.text[0] != "\x01" else "\x02"  # never the completion's first character
+    assert engine.complete(CompletionRequest(prefix=prefix + other, suffix=suffix)).typed_through == 0
+    engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    # the same cursor and typed character, but the text after the cursor changed: decode again
+    changed = engine.complete(CompletionRequest(prefix=prefix + first.text[0], suffix=suffix + "x = 1\n"))
+    assert changed.typed_through == 0
+    # a different request (another seed / token limit) never reuses an answer made for other settings
+    engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    assert engine.complete(CompletionRequest(prefix=prefix + first.text[0], suffix=suffix,
+                                             max_tokens=3)).typed_through == 0
