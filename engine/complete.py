@@ -233,6 +233,33 @@ class Engine:
                 self.lm = None
                 self.index = None
 
+    WARM_UP_CHUNK = 128  # prompt tokens per forward pass in a warm-up (how long a request may wait for it)
+
+    def warm_up(self, prefix: str, suffix: str, stop: threading.Event | None = None) -> int:
+        """Warm-up, prefill on edit: prefill the KV cache (and lex the prefix) for a cursor at the
+        end of ``prefix`` before anyone asks, so that the next request there (or a few characters
+        further) only prefills what was typed since. Trailing spaces are left out (a request may
+        hand a typed space back to the model). Does nothing when the engine is busy or not loaded;
+        ``stop`` set (a request arrived) ends it after the current chunk of
+        :attr:`WARM_UP_CHUNK` tokens. Returns the prompt tokens newly prefilled. Never raises: a
+        failure only costs the warm-up (the KV cache is reset)."""
+        if self.lm is None or not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            prefix, suffix = normalize_eol(prefix).rstrip(" "), normalize_eol(suffix)
+            if self.settings.constraints.enabled:
+                self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
+            prompt = self.builder.build(prefix, suffix)
+            _, reused = self.kv.prefill(prompt.ids, chunk=self.WARM_UP_CHUNK, stop=stop)
+            return len(self.kv.ids) - reused
+        except Exception:  # noqa: BLE001 - a warm-up must never take the server down
+            log.debug("warm-up failed", exc_info=True)
+            if self.kv is not None:
+                self.kv.reset()
+            return 0
+        finally:
+            self._lock.release()
+
     def save_tables(self) -> None:
         if self.index is not None:
             try:

@@ -76,7 +76,11 @@ class KVCache:
         return out.logits[0, -1]  # [vocab]
 
     @torch.inference_mode()
-    def prefill(self, ids: list[int]) -> tuple[torch.Tensor, int]:
+    def prefill(self, ids: list[int], *, chunk: int = 0, stop=None) -> tuple[torch.Tensor | None, int]:
+        """Make the cache hold ``ids``; returns the last position's logits ``[vocab]`` and how many
+        tokens were reused. ``chunk`` > 0 feeds the new tokens in chunks of that many, and
+        ``stop`` (a ``threading.Event``) set between chunks ends early: the cache then holds a
+        prefix of ``ids`` and the logits are None (an interrupted warm-up)."""
         reuse = 0
         if self.cache is not None:
             n = min(len(ids) - 1, len(self.ids))
@@ -86,22 +90,29 @@ class KVCache:
                 self.reset()
             elif len(self.ids) > reuse:
                 self.cache.crop(reuse - len(self.ids))  # transformers >= 5: a negative count removes tokens
+                self.ids = self.ids[:reuse]
         if self.cache is None:
             from transformers import DynamicCache
 
             self.cache = DynamicCache(config=self.model.config)
             reuse = 0
-        new = ids[reuse:]
         threads = torch.get_num_threads()
-        many = self.device.type == "cpu" and self.prefill_threads > threads and len(new) >= 32
+        many = self.device.type == "cpu" and self.prefill_threads > threads and len(ids) - reuse >= 32
         if many:
             torch.set_num_threads(self.prefill_threads)
+        logits = None
         try:
-            logits = self._forward(new, keep_last=True)
+            done = reuse
+            step = chunk if chunk > 0 else len(ids)
+            while done < len(ids):
+                if stop is not None and stop.is_set():
+                    return None, reuse
+                logits = self._forward(ids[done:done + step], keep_last=True)
+                done = min(len(ids), done + step)
+                self.ids = list(ids[:done])
         finally:
             if many:
                 torch.set_num_threads(threads)
-        self.ids = list(ids)
         return logits, reuse
 
     @torch.inference_mode()

@@ -29,6 +29,7 @@ class Document:
     text: str
     version: int | None = None
     language_id: str = ""
+    edit_offset: int | None = None  # code-point offset just after the last change (where typing goes on)
     _starts: list[int] | None = field(default=None, repr=False)
 
     @property
@@ -45,13 +46,28 @@ class Document:
         """Apply one ``TextDocumentContentChangeEvent`` (incremental when it has a ``range``)."""
         range_ = getattr(change, "range", None)
         if range_ is None:
-            self.text = change.text
+            old, new = self.text, change.text
+            self.text = new
+            self.edit_offset = len(new) - _common_suffix(old, new)
         else:
             if (range_.end.line, range_.end.character) < (range_.start.line, range_.start.character):
                 logger.info("%s: reversed change range %s normalised", self.uri, range_)
             start, end = convert.to_engine_span(self.text, range_, encoding, self.starts)
             self.text = self.text[:start] + change.text + self.text[end:]
+            self.edit_offset = start + len(change.text)
         self._starts = None
+
+
+def _common_suffix(a: str, b: str) -> int:
+    """Length of the longest common suffix (binary search over C-level slice comparisons)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid:] == b[len(b) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class DocumentStore:

@@ -64,11 +64,13 @@ SETTINGS_SECTION = "fsmComplete"
 DOCUMENT_TEXT = "fsmComplete/documentText"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> ``{"text": str, "version": int}`` or null."""
 LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"
-EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> what the engine last saw for that document
 (``offset`` in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``) and, once
 decoding ended, how (``tokens``, ``stopReason``, ``cancelled``, ``promptTokens``: the prompt's length
-in tokens after truncation to the model window); null when it saw nothing."""
+in tokens after truncation to the model window, ``reusedTokens``: how many of them the KV cache
+already held); null when it saw nothing."""
+EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
+WARM_UP_DELAY_S = 0.05  # quiet time after a change before the warm-up (prefill on edit) starts
 
 _LOGGERS = ("lsp_server", "engine")  # forwarded to the client as window/logMessage
 _PROGRESS_CREATE_TIMEOUT_S = 10.0
@@ -425,6 +427,8 @@ class FsmCompleteServer(LanguageServer):
         self._threads: set[threading.Thread] = set()
         self._settings_problems: list[str] = []
         self.engine_requests: dict[str, dict] = {}  # by URI, see LAST_ENGINE_REQUEST
+        self._warm_up_timer: asyncio.TimerHandle | None = None
+        self._warm_up_stop = threading.Event()  # set: the running warm-up (if any) stops
         self._log_handler = _ClientLogHandler(self)
         self._client_logging = False
 
@@ -801,10 +805,38 @@ class FsmCompleteServer(LanguageServer):
         out["markdown"] = to_markdown(out)
         return out
 
+    def schedule_warm_up(self, doc: Document) -> None:
+        """Warm-up, prefill on edit: :data:`WARM_UP_DELAY_S` after the last change of ``doc``
+        (typing restarts the wait), prefill the model's KV cache for a cursor where the change
+        ended (:meth:`engine.complete.Engine.warm_up`), unless a request is being decoded. A
+        request that arrives meanwhile stops it after its current chunk and reuses what it
+        prefilled."""
+        if self._engine is None or doc.edit_offset is None or self.closed:
+            return
+        if self._warm_up_timer is not None:
+            self._warm_up_timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._warm_up_timer = loop.call_later(WARM_UP_DELAY_S, self._start_warm_up, doc.uri, doc.version)
+
+    def _start_warm_up(self, uri: str, version) -> None:
+        self._warm_up_timer = None
+        doc = self.documents.get(uri)
+        engine = self._engine
+        if doc is None or doc.version != version or engine is None or self.closed or self._decode_lock.locked():
+            return
+        offset = max(0, min(doc.edit_offset or 0, len(doc.text)))
+        self._warm_up_stop = stop = threading.Event()
+        future = self.in_thread(engine.warm_up, doc.text[:offset], doc.text[offset:], stop,
+                                name="fsm-complete-decode-warm-up")
+        future.add_done_callback(lambda f: logger.debug(
+            "warm-up of %s at offset %d: %s prompt tokens prefilled%s", uri, offset,
+            f.result() if not f.cancelled() and f.exception() is None else 0, " (stopped)" if stop.is_set() else ""))
+
     async def _decode(self, engine, request, record: dict):
         """``engine.complete(request)`` on a thread, one at a time. Cancelling the awaiting task
         sets ``request.cancel``; the slot is freed when the thread returns. ``record`` gets the
         outcome (``tokens``, ``stopReason``, ``cancelled``) even when nobody waits for it."""
+        self._warm_up_stop.set()  # a running warm-up ends after its current chunk
         await self._decode_lock.acquire()
         if request.cancel.is_set():
             self._decode_lock.release()
@@ -824,6 +856,7 @@ class FsmCompleteServer(LanguageServer):
                 cancelled=completion.cancelled or request.cancel.is_set(),
                 fuses=completion.fuses,
                 promptTokens=completion.prompt_tokens,
+                reusedTokens=completion.reused_tokens,
                 latencyMs=completion.timings_ms.get("total", 0.0),
                 mode=completion.fingerprint.get("mode", "unconstrained"),
             )
@@ -861,6 +894,11 @@ class FsmCompleteServer(LanguageServer):
             event.set()
 
     def cancel_all(self) -> None:
+        """Stop every decode and the warm-up (shutdown, exit)."""
+        self._warm_up_stop.set()
+        if self._warm_up_timer is not None:
+            self._warm_up_timer.cancel()
+            self._warm_up_timer = None
         for event in list(self._cancel_events.values()):
             event.set()
 
@@ -926,8 +964,11 @@ def did_open(ls: FsmCompleteServer, params: types.DidOpenTextDocumentParams) -> 
 
 @_feature(types.TEXT_DOCUMENT_DID_CHANGE)
 def did_change(ls: FsmCompleteServer, params: types.DidChangeTextDocumentParams) -> None:
-    if ls.documents.change(params.text_document, params.content_changes, ls.position_encoding) is None:
+    doc = ls.documents.change(params.text_document, params.content_changes, ls.position_encoding)
+    if doc is None:
         logger.info("didChange for %s, which is not open: ignored", params.text_document.uri)
+        return
+    ls.schedule_warm_up(doc)
 
 
 @_feature(types.TEXT_DOCUMENT_DID_CLOSE)

@@ -185,3 +185,26 @@ def test_typing_something_else_or_editing_elsewhere_decodes_again(engine):
     engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
     assert engine.complete(CompletionRequest(prefix=prefix + first.text[0], suffix=suffix,
                                              max_tokens=3)).typed_through == 0
+
+
+def test_warm_up_prefills_what_the_next_request_reuses(engine):
+    prefix = "import os\n\n\n" + "".join(f"def f{i}(a, b={i}):\n    return a * b + {i}\n\n\n" for i in range(30))
+    suffix = "\n\nprint(f1(2))\n"
+    engine.complete(CompletionRequest(prefix="x = 1\n", suffix=""))  # the cache holds something else
+    added = engine.warm_up(prefix + "def g(", suffix)
+    assert added > 200
+    result = engine.complete(CompletionRequest(prefix=prefix + "def g(x", suffix=suffix))
+    assert result.prompt_tokens > 200 and result.reused_tokens >= result.prompt_tokens - 4
+    # a warm-up at the same place again has nothing left to prefill beyond the last token or two
+    assert engine.warm_up(prefix + "def g(x", suffix) <= 4
+
+
+def test_warm_up_stops_between_chunks_and_yields_to_a_busy_engine(engine):
+    prefix = "".join(f"value_{i} = {i} * {i}\n" for i in range(200))
+    engine.complete(CompletionRequest(prefix="x = 1\n", suffix=""))
+    stop = threading.Event()
+    stop.set()
+    assert engine.warm_up(prefix, "", stop) == 0  # asked to stop before the first chunk
+    with engine._lock:  # a request is decoding: the warm-up does not wait for it
+        assert engine.warm_up(prefix, "") == 0
+    assert engine.warm_up(prefix, "") > engine.WARM_UP_CHUNK  # several chunks, all prefilled

@@ -77,3 +77,22 @@ def test_line_starts_cache_follows_changes():
     assert doc.text == "a\r\n\nb"
     assert doc.starts == [0, 3, 4]
     assert doc.cursor(Position(2, 1), UTF16).offset == 5
+
+
+@pytest.mark.parametrize(
+    "before, changes, offset",
+    [
+        ("abc\ndef\n", [change((0, 3), (0, 3), "XY")], 5),  # typing: just after the inserted text
+        ("abc\ndef\n", [change((1, 0), (1, 3), "")], 4),  # a deletion: where it was
+        ("x", [change((0, 1), (0, 1), "\n"), change((1, 0), (1, 0), "y")], 3),  # the last change counts
+        ("e = 1; 😋.st", [change((0, 12), (0, 12), "rip")], 14),  # code points, not UTF-16 units
+        ("def f():\n    pass\n", [TextDocumentContentChangeWholeDocument(text="def f():\n    return 1\n")], 21),
+        ("same", [TextDocumentContentChangeWholeDocument(text="same")], 0),  # nothing differs: from the start
+        ("ab", [TextDocumentContentChangeWholeDocument(text="abab")], 2),  # ambiguous: the earliest place
+    ],
+)
+def test_edit_offset_is_where_typing_goes_on(before, changes, offset):
+    store = DocumentStore()
+    store.open(TextDocumentItem(uri=URI, language_id="python", version=1, text=before))
+    doc = store.change(VersionedTextDocumentIdentifier(uri=URI, version=2), changes, UTF16)
+    assert doc.edit_offset == offset
