@@ -252,7 +252,7 @@ class Engine:
             prompt = self.builder.build(prefix, suffix)
             _, reused = self.kv.prefill(prompt.ids, chunk=self.WARM_UP_CHUNK, stop=stop)
             return len(self.kv.ids) - reused
-        except Exception:  # noqa: BLE001 - a warm-up must never take the server down
+        except Exception:  # a warm-up must never take the server down
             log.debug("warm-up failed", exc_info=True)
             if self.kv is not None:
                 self.kv.reset()
