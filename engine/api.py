@@ -55,7 +55,7 @@ class Completion:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # KV-cache prefix tokens reused from the previous request
     fuses: int = 0
-    validation: str = ""  # "ok" | "truncated" | "rejected"
+    validation: str = ""  # "ok" | "truncated" | "rejected" | "repaired" (a fix appended) | "skipped"
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: list[dict] = field(default_factory=list)
     fingerprint: dict = field(default_factory=dict)  # engine.fingerprint.Fingerprint.as_dict() (constrained runs)

@@ -589,13 +589,25 @@ class Engine:
                     pieces, closed = kept[:k] + [closing], True
                     text = "".join(pieces)
                     result.validation = "repaired"
-        pieces = pieces[: ends_at(pieces, text)]
+        generated, pieces = pieces, pieces[: ends_at(pieces, text)]
         if guide is not None and s.constraints.validate and not multiline and not result.cancelled \
                 and not result.replace_suffix and not closed:
             # the code mode's safe continuation: finish the line (close brackets, a string, add a
-            # block opener's ':') at the longest valid point, so the line compiles
-            done = finish_line(prefix, pieces, suffix, lambda t: self._line_fixes(start_state, heal + t), top_level)
-            if done is not None and done != (len(pieces), ""):
+            # block opener's ':') at the longest valid point, so the line compiles; when validation
+            # cut the completion, a longer part of it may still finish the line with a fix
+            def fixes(t: str) -> list[str]:
+                return self._line_fixes(start_state, heal + t)
+
+            done = None
+            if len(pieces) < len(generated):
+                done = finish_line(prefix, generated, suffix, fixes, top_level)
+                if done is not None and len("".join(generated[:done[0]])) >= len(text):
+                    pieces = generated
+                else:
+                    done = None
+            if done is None:
+                done = finish_line(prefix, pieces, suffix, fixes, top_level)
+            if done is not None and done != (len(pieces), "") and "".join(pieces[:done[0]]) + done[1] != text:
                 k, fix = done
                 result.semantics["line_fix"] = {"kept_pieces": k, "of": len(pieces), "appended": fix}
                 result.validation = "repaired"
@@ -682,7 +694,7 @@ class Engine:
         the slots of the call the cursor is in, member access after ``name.``, and a resolver for
         calls the completion opens. Resolution failures leave the monitors out (never block code)."""
         from . import signatures
-        from .slots import MemberAccess, Semantics, call_slots_at
+        from .slots import MemberAccess, Semantics, block_header_at, call_slots_at
 
         c = self.settings.constraints
         policies = self._policy_table(path)
@@ -707,7 +719,10 @@ class Engine:
                 if slots is not None:
                     sem.calls.append(slots)
         m = _MEMBER_RE.search(prefix[-300:])
-        if c.member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS):
+        header = block_header_at(prefix, suffix, state)
+        if header is not None:
+            sem.member = header  # the indentation after the cursor line asks for a compound statement
+        elif c.member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS):
             names = signatures.member_names(source, len(prefix), path)
             if names:
                 sem.member = MemberAccess(set(names) | set(c.domain_vocabulary), m.group(2) or "", m.group(1))

@@ -69,7 +69,11 @@ def to_markdown(record: dict) -> str:
                      f"missing {call['missing'] or '—'}")
     if record.get("member_access"):
         m = record["member_access"]
-        lines.append(f"- member access on `{m['object']}`: {m['attributes']} attributes allowed")
+        if m["object"].startswith("block header"):
+            lines.append(f"- {m['object']}: the line's first word must be one of {m['attributes']} compound "
+                         "statement keywords")
+        else:
+            lines.append(f"- member access on `{m['object']}`: {m['attributes']} attributes allowed")
     if record.get("safe_continuation"):
         lines.append(f"- safe continuation appended: `{record['safe_continuation']}`")
     if record["refusals"]:

@@ -410,6 +410,81 @@ class MemberAccess:
         return self.done or not self.typed or self._is_member(self.typed)
 
 
+HEADER_KEYWORDS = ("async", "case", "class", "def", "elif", "else", "except", "finally", "for", "if", "match",
+                   "try", "while", "with")
+"""The words a compound statement's header starts with (Python reference, "Compound statements")."""
+
+
+class BlockHeader(MemberAccess):
+    """The cursor's line must open a block: the next code line is indented deeper, and only a
+    compound statement's header may be followed by an INDENT (Python reference, "Indentation").
+    The line's first word must then be one of :data:`HEADER_KEYWORDS`; whether the line ends with
+    its ``:`` is left to the line finisher and validation."""
+
+    __slots__ = ()
+
+    def __init__(self, typed: str = ""):
+        super().__init__(HEADER_KEYWORDS, typed, "block header (the next line is indented deeper)")
+
+    def copy(self) -> "BlockHeader":
+        new = BlockHeader.__new__(BlockHeader)
+        new.names, new.typed, new.done, new.owner = self.names, self.typed, self.done, self.owner
+        return new
+
+    def feed(self, ch: str) -> Refusal | None:
+        if self.done:
+            return None
+        if _ident(ch):
+            self.typed += ch
+            if not self._has_prefix(self.typed):
+                return Refusal("block-header", f"the next line is indented deeper, so this line must open a block; "
+                                               f"no header starts with {self.typed!r}")
+            return None
+        if not self.typed:
+            if ch in " \t":
+                return None
+            return Refusal("block-header", f"the next line is indented deeper, so this line must open a block, "
+                                           f"not start with {ch!r}")
+        self.done = True
+        if not self._is_member(self.typed):
+            return Refusal("block-header", f"the next line is indented deeper, so this line must open a block; "
+                                           f"{self.typed!r} is not a compound statement keyword")
+        return None
+
+
+_INDENT_RE = re.compile(r"[ \t]*")
+
+
+def block_header_at(prefix: str, suffix: str, state: Lex) -> BlockHeader | None:
+    """A :class:`BlockHeader` monitor when the completion at the end of ``prefix`` writes the start
+    of a line that must open a block: the cursor line holds only indentation and a partial word,
+    nothing follows the cursor on that line, no bracket or backslash continues an earlier line,
+    and the next non-blank, non-comment line of ``suffix`` is indented deeper than the cursor line
+    (its indentation extends the cursor line's). None otherwise."""
+    line = prefix[prefix.rfind("\n") + 1:]
+    indent = _INDENT_RE.match(line).group(0)
+    typed = line[len(indent):]
+    if typed and not (all(_ident(ch) for ch in typed) and any(k.startswith(typed) for k in HEADER_KEYWORDS)):
+        return None  # something else typed already: not this monitor's call
+    if state.brackets or state.mode not in (pylex.CODE, pylex.NAME):
+        return None
+    before = prefix[: len(prefix) - len(line)]
+    if before.endswith("\\\n"):
+        return None
+    rest, _, after = suffix.partition("\n")
+    if rest.strip():
+        return None
+    for next_line in after.split("\n"):
+        stripped = next_line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        nxt = _INDENT_RE.match(next_line).group(0)
+        if len(nxt) > len(indent) and nxt.startswith(indent):
+            return BlockHeader(typed)
+        return None
+    return None
+
+
 @dataclass
 class Semantics:
     """The semantic monitors of one completion request (argument slots, member access).

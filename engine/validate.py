@@ -10,6 +10,7 @@ and structure whenever the region compiled without the completion.
 from __future__ import annotations
 
 import ast
+import bisect
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -265,17 +266,31 @@ def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=No
     "".join(pieces[:k])``) introduces no issue (:class:`_Judge`) and leaves CPython's first error of
     the region, if any, after the cursor's line. None when no candidate does (at most
     ``3 * MAX_TRUNCATIONS`` are tried). ``(len(pieces), "")`` when the text already finishes the line.
+
+    When CPython's first error lies inside ``text`` for every fix, no fix appended after it can
+    help: the search jumps to the longest ``k`` whose text ends before that error.
     """
     judge = _Judge(prefix, suffix, top_level)
     rest_of_line = len(judge.rs.split("\n", 1)[0])
+    ends = [0]
+    for piece in pieces:
+        ends.append(ends[-1] + len(piece))
     tried = 0
-    for k in range(len(pieces), -1, -1):
+    k = len(pieces)
+    while k >= 0:
         text = "".join(pieces[:k])
+        inside = len(text)  # the earliest error inside the text over every fix tried
         for fix in fixes(text):
             issue, err = judge.check(text + fix)
             if issue is None and (err is None or err > judge.cursor + len(text) + len(fix) + rest_of_line):
                 return k, fix
+            inside = min(inside, err - judge.cursor) if err is not None and err >= judge.cursor else 0
             tried += 1
             if tried >= 3 * MAX_TRUNCATIONS:
                 return None
+        if 0 < inside < len(text):
+            k = min(k - 1, bisect.bisect_right(ends, inside) - 1)
+        else:
+            k -= 1
+    return None
     return None

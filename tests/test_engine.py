@@ -37,7 +37,7 @@ def apply(prefix: str, suffix: str, result) -> str:
 @pytest.mark.parametrize("prefix,suffix", BUFFERS)
 def test_constrained_completions_keep_the_buffer_parsing(engine, prefix, suffix):
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
-    assert result.validation in ("ok", "truncated", "rejected", "skipped")
+    assert result.validation in ("ok", "truncated", "rejected", "repaired", "skipped")
     after = apply(prefix, suffix, result)
     before_errors = count_syntax_errors(prefix + suffix)
     after_errors = count_syntax_errors(after)

@@ -231,3 +231,51 @@ YAML_LOAD = CallSpec(
 def test_yaml_load_needs_a_safe_loader(completion, ok) -> None:
     refusal, _, _ = run(YAML_LOAD, "data = yaml.load(", completion)
     assert (refusal is None) is ok, refusal
+
+
+@pytest.mark.parametrize("prefix,suffix,typed", [
+    ("import os\n\n\ncl", "\n    def m(self):\n        pass\n", "cl"),
+    ("def f():\n    try:\n        x = 1\n    ", "\n        y = 2\n", ""),
+    ("def f():\n    if a:\n        x = 1\n    e", "\n\n        # a comment\n        y = 2\n", "e"),
+])
+def test_a_line_before_a_deeper_indented_one_must_open_a_block(prefix, suffix, typed) -> None:
+    from engine.slots import HEADER_KEYWORDS, block_header_at
+
+    state = lex_text(prefix)
+    header = block_header_at(prefix, suffix, state)
+    assert header is not None and header.typed == typed
+    rest = {"cl": "ass A(B):", "": "finally:", "e": "lse:"}[typed]
+    sem = Semantics(member=header, source=prefix)
+    for ch in rest:  # the real header passes, character by character
+        assert sem.check(state, ch.encode()) is None
+        sem.advance(state, ch.encode())
+        state.feed_char(ch)
+    compile(prefix + rest + suffix, "<test>", "exec")
+    # anything that is not a compound statement's keyword is refused at its first wrong character
+    for wrong, where in [("x = 1", 0 if not typed else None), ("_time", 0)]:
+        state, sem = lex_text(prefix), Semantics(member=block_header_at(prefix, suffix, lex_text(prefix)), source=prefix)
+        refused_at = None
+        for i, ch in enumerate(wrong):
+            refusal = sem.check(state, ch.encode())
+            if refusal is not None:
+                assert refusal.rule == "block-header"
+                refused_at = i
+                break
+            sem.advance(state, ch.encode())
+            state.feed_char(ch)
+        assert refused_at is not None and (where is None or refused_at == where)
+    assert all(k.isidentifier() for k in HEADER_KEYWORDS)
+
+
+@pytest.mark.parametrize("prefix,suffix", [
+    ("x = 1\ny", "\nz = 2\n"),  # the next line is not deeper
+    ("f(a,\n  b", "\n      c)\n"),  # inside brackets: a continuation line
+    ("x = 1 + \\\n    y", "\n        z\n"),  # a backslash continues the line
+    ("def f():\n    retu", "rn 1\n        x\n"),  # text after the cursor on its line
+    ("def f():\n    value", "\n        x\n"),  # a word no header starts with: not this monitor's call
+    ('s = """\n    a', '\n        b\n"""\n'),  # inside a string
+])
+def test_no_block_header_is_required_elsewhere(prefix, suffix) -> None:
+    from engine.slots import block_header_at
+
+    assert block_header_at(prefix, suffix, lex_text(prefix)) is None

@@ -120,3 +120,19 @@ def test_longest_valid_reaches_back_over_many_pieces():
 def test_longest_valid_finds_a_short_valid_prefix_among_invalid_ones():
     pieces = ["(", "x", ")", " ->", " a"] + [",", " a"] * 20
     assert longest_valid("def f(xs):\n\tfor x in xs:\n\t\t", pieces, "\n") == (3, "truncated")
+
+
+def test_finish_line_jumps_back_over_an_error_no_fix_can_reach():
+    """``class a test.x = 1 ...``: CPython fails at ``test``; the longest text before it that a
+    ``:`` finishes is kept, found without trying each of the 40 longer candidates."""
+    from engine import validate
+
+    pieces = ["ass", " a", " test", ".", "x", " =", " 1"] + [" +", " 1"] * 20
+    calls = []
+
+    def fixes(text):
+        calls.append(text)
+        return ["", ":"]
+
+    assert validate.finish_line("import os\n\n\ncl", pieces, "\n    def m(self):\n        pass\n", fixes) == (2, ":")
+    assert len(calls) <= 3
