@@ -651,17 +651,19 @@ class Engine:
         return list(dict.fromkeys(["", inner, closers, closers + ":"]))
 
     def _validated(self, prefix: str, pieces: list[str], suffix: str, top_level=None) -> tuple[str, int, str]:
-        """Validate; when the text after the cursor is only auto-closed characters that the
-        completion also typed, try replacing them (the LSP item's range covers them). ``top_level``:
+        """Validate; when the text after the cursor on its line is only auto-closed characters
+        (``)``, quotes, ``:``...) that a longer part of the completion ends with, that part replaces
+        them (the LSP item's range covers them). Inserting ``text`` over them gives the same
+        document as inserting ``text`` without them, so that is what is judged. ``top_level``:
         which line starts are statement starts (keeps the validated region out of strings)."""
         line = suffix.split("\n", 1)[0]
         k, verdict = longest_valid(prefix, pieces, suffix, top_level)
-        if verdict != "ok" and line and set(line) <= CLOSERS and line.strip():
-            k2, verdict2 = longest_valid(prefix, pieces, suffix[len(line):], top_level)
-            if k2 > k:
+        if verdict != "ok" and line.strip() and set(line) <= CLOSERS:
+            accept = judge(prefix, suffix, top_level)
+            for k2 in range(len(pieces), k, -1):
                 text = "".join(pieces[:k2])
-                if text.rstrip().endswith(line.strip()[-1:]):
-                    return text, len(line), verdict2
+                if text.endswith(line) and accept(text[: len(text) - len(line)]):
+                    return text, len(line), "ok" if k2 == len(pieces) else "truncated"
         return "".join(pieces[:k]), 0, verdict
 
     # -- semantic constraints ---------------------------------------------------------------------

@@ -379,7 +379,7 @@ class MemberAccess:
         self.owner = owner
 
     def copy(self) -> "MemberAccess":
-        new = MemberAccess.__new__(MemberAccess)
+        new = type(self).__new__(type(self))
         new.names, new.typed, new.done, new.owner = self.names, self.typed, self.done, self.owner
         return new
 
@@ -387,20 +387,27 @@ class MemberAccess:
         i = bisect.bisect_left(self.names, prefix)
         return i < len(self.names) and self.names[i].startswith(prefix)
 
+    RULE = "unknown-attribute"
+
+    def _no_prefix(self) -> str:
+        return f"{self.owner} has no attribute starting {self.typed!r}"
+
+    def _not_member(self) -> str:
+        return f"{self.owner} has no attribute {self.typed!r}"
+
+    def _before_word(self, ch: str) -> Refusal | None:
+        return None  # whitespace after the dot; the lexer rules on it
+
     def feed(self, ch: str) -> Refusal | None:
         if self.done:
             return None
         if _ident(ch):
             self.typed += ch
-            if not self._has_prefix(self.typed):
-                return Refusal("unknown-attribute", f"{self.owner} has no attribute starting {self.typed!r}")
-            return None
+            return None if self._has_prefix(self.typed) else Refusal(self.RULE, self._no_prefix())
         if not self.typed:
-            return None  # whitespace after the dot; the lexer rules on it
+            return self._before_word(ch)
         self.done = True
-        if not self._is_member(self.typed):
-            return Refusal("unknown-attribute", f"{self.owner} has no attribute {self.typed!r}")
-        return None
+        return None if self._is_member(self.typed) else Refusal(self.RULE, self._not_member())
 
     def _is_member(self, name: str) -> bool:
         i = bisect.bisect_left(self.names, name)
@@ -422,34 +429,20 @@ class BlockHeader(MemberAccess):
     its ``:`` is left to the line finisher and validation."""
 
     __slots__ = ()
+    RULE = "block-header"
+    WHY = "the next line is indented deeper, so this line must open a block"
 
     def __init__(self, typed: str = ""):
         super().__init__(HEADER_KEYWORDS, typed, "block header (the next line is indented deeper)")
 
-    def copy(self) -> "BlockHeader":
-        new = BlockHeader.__new__(BlockHeader)
-        new.names, new.typed, new.done, new.owner = self.names, self.typed, self.done, self.owner
-        return new
+    def _no_prefix(self) -> str:
+        return f"{self.WHY}; no header starts with {self.typed!r}"
 
-    def feed(self, ch: str) -> Refusal | None:
-        if self.done:
-            return None
-        if _ident(ch):
-            self.typed += ch
-            if not self._has_prefix(self.typed):
-                return Refusal("block-header", f"the next line is indented deeper, so this line must open a block; "
-                                               f"no header starts with {self.typed!r}")
-            return None
-        if not self.typed:
-            if ch in " \t":
-                return None
-            return Refusal("block-header", f"the next line is indented deeper, so this line must open a block, "
-                                           f"not start with {ch!r}")
-        self.done = True
-        if not self._is_member(self.typed):
-            return Refusal("block-header", f"the next line is indented deeper, so this line must open a block; "
-                                           f"{self.typed!r} is not a compound statement keyword")
-        return None
+    def _not_member(self) -> str:
+        return f"{self.WHY}; {self.typed!r} is not a compound statement keyword"
+
+    def _before_word(self, ch: str) -> Refusal | None:
+        return None if ch in " \t" else Refusal(self.RULE, f"{self.WHY}, not start with {ch!r}")
 
 
 _INDENT_RE = re.compile(r"[ \t]*")

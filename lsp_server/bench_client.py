@@ -74,8 +74,13 @@ def utf16_position(text: str, offset: int) -> dict:
     return {"line": line, "character": col}
 
 
-def lsp_latencies(tasks, constrained: bool, model: str | None = None) -> list[float]:
-    """Inline-completion latency (ms) of each task through a fresh server process."""
+def lsp_latencies(tasks, constrained: bool, model: str | None = None) -> tuple[list[float], list[float]]:
+    """Inline-completion latencies (ms) of each task through a fresh server process: ``(cold, warm)``.
+
+    cold: the document is opened and completed at once (nothing of it is cached yet). warm: then
+    the target's first character is typed (``didChange``) and the request repeated one character
+    further, as an editor does while the user types: it may type through the shown completion,
+    reuse the KV prefix or find it prefilled by the warm-up."""
     options = {"constraints": {"enabled": constrained}}
     if model:
         options["model"] = {"path": model}
@@ -90,18 +95,29 @@ def lsp_latencies(tasks, constrained: bool, model: str | None = None) -> list[fl
         client.request("textDocument/inlineCompletion", {
             "textDocument": {"uri": "untitled:warmup"}, "position": {"line": 0, "character": 4},
             "context": {"triggerKind": 2}})
-        out = []
+        cold, warm = [], []
         for i, task in enumerate(tasks):
             uri = f"untitled:task{i}.py"
             text = task.prefix + task.suffix
             client.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
                                                                   "text": text}}, request=False)
+            position = utf16_position(text, len(task.prefix))
             t0 = time.perf_counter()
             client.request("textDocument/inlineCompletion", {
-                "textDocument": {"uri": uri}, "position": utf16_position(text, len(task.prefix)),
-                "context": {"triggerKind": 2}})
-            out.append((time.perf_counter() - t0) * 1e3)
+                "textDocument": {"uri": uri}, "position": position, "context": {"triggerKind": 2}})
+            cold.append((time.perf_counter() - t0) * 1e3)
+            if task.target:
+                typed = task.target[0]
+                client.send("textDocument/didChange", {
+                    "textDocument": {"uri": uri, "version": 2},
+                    "contentChanges": [{"range": {"start": position, "end": position}, "text": typed}]},
+                    request=False)
+                after = utf16_position(task.prefix + typed, len(task.prefix) + 1)
+                t0 = time.perf_counter()
+                client.request("textDocument/inlineCompletion", {
+                    "textDocument": {"uri": uri}, "position": after, "context": {"triggerKind": 1}})
+                warm.append((time.perf_counter() - t0) * 1e3)
             client.send("textDocument/didClose", {"textDocument": {"uri": uri}}, request=False)
-        return out
+        return cold, warm
     finally:
         client.close()

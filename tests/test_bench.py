@@ -198,3 +198,33 @@ def test_default_kinds_drop_slots_when_the_corpus_has_no_call(tmp_path):
     args.tasks = 8
     tasks, meta = sample_all(args)
     assert sum(t.kind == "slots" for t in tasks) == 2 and meta["calls_found"]["requests.get"] == 1
+
+
+REPORT_KEYS = {"syntax_valid", "exact_match", "edit_similarity", "empty", "fuses", "mask_us_p50", "mask_us_p95",
+               "tokens_per_s", "latency_ms_p50", "latency_ms_p95", "warm_latency_ms_p50", "peak_rss_mb", "by_kind",
+               "lsp_latency_ms_p50", "lsp_latency_ms_p95", "lsp_warm_latency_ms_p50", "warm_typed_through"}
+
+
+def test_bench_command_writes_every_report_key(tmp_path):
+    """The real command, end to end on a small corpus: engine and ``--lsp`` (two real server
+    processes), report.json with the issue's keys, report.md and the plots."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.py").write_text("import os\n\n\ndef join_all(parts, sep):\n    out = os.path.join(*parts)\n"
+                                 "    if sep:\n        return out + sep\n    return out\n")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "lsp_server.cli", "bench", "--tasks", "3", "--kinds", "line,args,block",
+                          "--corpus", str(corpus), "--lsp", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert {"tasks", "model", "vocab_size", "device", "constrained", "unconstrained", "throughput_ratio"} <= set(report)
+    assert report["tasks"] == 3 and report["device"] == "cpu" and report["vocab_size"] > 1000
+    for mode in ("constrained", "unconstrained"):
+        assert REPORT_KEYS <= set(report[mode]), REPORT_KEYS - set(report[mode])
+        assert report[mode]["lsp_latency_ms_p50"] > 0
+    assert (out / "report.md").read_text().startswith("# fsm-complete benchmark")
+    assert (out / "latency.png").stat().st_size > 0 and (out / "validity.png").stat().st_size > 0

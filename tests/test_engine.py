@@ -208,3 +208,18 @@ def test_warm_up_stops_between_chunks_and_yields_to_a_busy_engine(engine):
     with engine._lock:  # a request is decoding: the warm-up does not wait for it
         assert engine.warm_up(prefix, "") == 0
     assert engine.warm_up(prefix, "") > engine.WARM_UP_CHUNK  # several chunks, all prefilled
+
+
+def test_auto_closed_text_is_replaced_only_when_the_completion_typed_all_of_it(engine):
+    # typed ")" itself: the auto-closed ")" is replaced, not doubled
+    text, replace, _ = engine._validated("x = f(", ["a", ")", ")"], ")\n")
+    assert (text, replace) == ("a)", 1)
+    # the real model ends this argument with "," only: the suffix's ")," must stay (bench task,
+    # test_mimetypes.py; replacing both characters dropped hasattr's ")")
+    prefix = "import sys\nimport unittest\n\n\nclass T(unittest.TestCase):\n    @unittest.skipIf(not hasattr("
+    suffix = '),\n                     "read_windows_registry accelerator unavailable")\n    def test_x(self):\n' \
+             '        pass\n'
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    ast.parse(prefix + result.text + suffix[result.replace_suffix:])
+    if result.replace_suffix:
+        assert result.text.rstrip().endswith(suffix[:result.replace_suffix].strip())
