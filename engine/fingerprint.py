@@ -92,6 +92,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .text import common_prefix, common_suffix
+
 FEATURES: tuple[str, ...] = (
     "in_call_args",
     "in_string",
@@ -496,7 +498,7 @@ class _ScanCache:
         for old, checkpoints, starts, ends in entries:
             if not checkpoints or checkpoints[0][4] > len(text):
                 continue
-            a = _common_prefix(old, text)
+            a = common_prefix(old, text)
             k = len(checkpoints)
             while k and checkpoints[k - 1][4] > a:
                 k -= 1
@@ -560,8 +562,8 @@ class _Trees:
                 tree = old[1]
             else:
                 before, tree = old
-                a = _common_prefix(before, data)
-                s = _common_suffix(before, data, a)
+                a = common_prefix(before, data)
+                s = common_suffix(before, data, a)
                 while a and a < len(data) and data[a] & 0xC0 == 0x80:  # UTF-8 character boundaries
                     a -= 1
                 while s and data[len(data) - s] & 0xC0 == 0x80:
@@ -578,29 +580,6 @@ class _Trees:
             while len(self._docs) > self._size:
                 self._docs.popitem(last=False)
             return tree
-
-
-def _common_prefix(a: str | bytes, b: str | bytes) -> int:
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:  # binary search, each probe one memcmp
-        mid = (lo + hi + 1) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _common_suffix(a: bytes, b: bytes, skip: int) -> int:
-    lo, hi = 0, min(len(a), len(b)) - skip
-    la, lb = len(a), len(b)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[la - mid:la - lo] == b[lb - mid:lb - lo]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 _TREES = _Trees()

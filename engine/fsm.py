@@ -39,6 +39,7 @@ import numpy as np
 
 from . import pylex
 from .pylex import Complex, Lex, Reject
+from .text import common_prefix
 from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -515,7 +516,7 @@ class PrefixLexer:
             marks = self._marks
             start, state, rec = 0, None, 0
             if marks and marks[0][1].style == style:
-                common = _common_prefix_len(self._text, text)
+                common = common_prefix(self._text, text)
                 lo, hi = 0, len(marks) - 1
                 while lo < hi:  # last mark with offset <= common
                     mid = (lo + hi + 1) // 2
@@ -567,20 +568,6 @@ class PrefixLexer:
             return False
         st = marks[i][1]
         return st.mode == pylex.CODE and not st.brackets
-
-
-def _common_prefix_len(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class PythonGuide:

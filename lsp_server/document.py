@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from lsprotocol import types
 
+from engine.text import common_suffix
 from lsp_server import convert
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Document:
         if range_ is None:
             old, new = self.text, change.text
             self.text = new
-            self.edit_offset = len(new) - _common_suffix(old, new)
+            self.edit_offset = len(new) - common_suffix(old, new)
         else:
             if (range_.end.line, range_.end.character) < (range_.start.line, range_.start.character):
                 logger.info("%s: reversed change range %s normalised", self.uri, range_)
@@ -56,18 +57,6 @@ class Document:
             self.text = self.text[:start] + change.text + self.text[end:]
             self.edit_offset = start + len(change.text)
         self._starts = None
-
-
-def _common_suffix(a: str, b: str) -> int:
-    """Length of the longest common suffix (binary search over C-level slice comparisons)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid:] == b[len(b) - mid:]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class DocumentStore:
