@@ -177,7 +177,7 @@ def summarize(rows: list[dict]) -> dict:
             if tokens else 0.0,
             "latency_ms_p50": _pct([r["latency_ms"] for r in sub], 50),
             "latency_ms_p95": _pct([r["latency_ms"] for r in sub], 95),
-            "warm_latency_ms_p50": _pct([r["warm_ms"] for r in sub if r.get("warm_ms") is not None], 50),
+            "warm_latency_ms_p50": _pct([r["warm_ms"] for r in warm], 50),
             # the warm request either types through the first completion (no decoding) or decodes
             # again with the KV prefix reused; both shares and the latter's latency on their own
             "warm_typed_through": round(sum(bool(r.get("warm_typed_through")) for r in warm) / max(1, len(warm)), 4),

@@ -382,7 +382,8 @@ class Engine:
             sem_start = (guide.state.copy(), sem.copy())
             result.semantics = {"calls": [c.describe() for c in sem.calls], "refusals": sem.refusals,
                                 "member": None if sem.member is None else
-                                {"object": sem.member.owner, "attributes": len(sem.member.names)}, "fuses": []}
+                                {"object": sem.member.owner, "attributes": len(sem.member.names),
+                                 "rule": sem.member.RULE}, "fuses": []}
             if not sem.active:
                 sem = None
         prompt = self.builder.build(prefix[: len(prefix) - len(heal)], suffix)
@@ -599,15 +600,13 @@ class Engine:
                 return self._line_fixes(start_state, heal + t)
 
             done = None
-            if len(pieces) < len(generated):
-                done = finish_line(prefix, generated, suffix, fixes, top_level)
-                if done is not None and len("".join(generated[:done[0]])) >= len(text):
+            if len(pieces) < len(generated):  # only the part beyond what validation kept
+                done = finish_line(prefix, generated, suffix, fixes, top_level, shortest=len(pieces) + 1)
+                if done is not None:
                     pieces = generated
-                else:
-                    done = None
             if done is None:
                 done = finish_line(prefix, pieces, suffix, fixes, top_level)
-            if done is not None and done != (len(pieces), "") and "".join(pieces[:done[0]]) + done[1] != text:
+            if done is not None and done != (len(pieces), ""):
                 k, fix = done
                 result.semantics["line_fix"] = {"kept_pieces": k, "of": len(pieces), "appended": fix}
                 result.validation = "repaired"
@@ -771,9 +770,9 @@ class Engine:
             out[index] = logits[index]
         return out, refused
 
-    def _semantic_ok(self, tid: int, state, sem, refused: list[int]) -> bool:
+    def _semantic_ok(self, tid: int, state, sem, refused: list[int] | None) -> bool:
         """Do the semantic monitors accept token ``tid`` next? A refusal is appended to ``refused``
-        and counted per rule."""
+        and counted per rule (not when ``refused`` is None)."""
         tokens = self.index.vocab.tokens
         data = tokens[tid] if tid < len(tokens) else None
         if data is None:
@@ -781,8 +780,9 @@ class Engine:
         refusal = sem.check(state, data)
         if refusal is None:
             return True
-        refused.append(tid)
-        sem.refusals[refusal.rule] = sem.refusals.get(refusal.rule, 0) + 1
+        if refused is not None:
+            refused.append(tid)
+            sem.refusals[refusal.rule] = sem.refusals.get(refusal.rule, 0) + 1
         return False
 
     def _semantic_scan(self, logits, state, sem, temperature: float) -> list[int]:
@@ -792,11 +792,9 @@ class Engine:
 
         order = torch.argsort(logits, descending=True)
         count = int(torch.isfinite(logits).sum())
-        tokens = self.index.vocab.tokens
         keep = []
         for tid in order[:count].tolist():
-            data = tokens[tid] if tid < len(tokens) else None
-            if (sem.may_end() if data is None else sem.check(state, data) is None):
+            if self._semantic_ok(tid, state, sem, None):  # refusals of this sweep are not counted
                 keep.append(tid)
                 if temperature <= 0:
                     break

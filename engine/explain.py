@@ -69,7 +69,7 @@ def to_markdown(record: dict) -> str:
                      f"missing {call['missing'] or '—'}")
     if record.get("member_access"):
         m = record["member_access"]
-        if m["object"].startswith("block header"):
+        if m.get("rule") == "block-header":
             lines.append(f"- {m['object']}: the line's first word must be one of {m['attributes']} compound "
                          "statement keywords")
         else:

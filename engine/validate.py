@@ -260,12 +260,14 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -
     return lo, "truncated"
 
 
-def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=None) -> tuple[int, str] | None:
-    """Finish the cursor's line: the longest ``k`` and a fix from ``fixes(text) -> [str]`` (closing
-    brackets, quotes, a block opener's ``:``; tried in order) such that ``text + fix`` (``text =
-    "".join(pieces[:k])``) introduces no issue (:class:`_Judge`) and leaves CPython's first error of
-    the region, if any, after the cursor's line. None when no candidate does (at most
-    ``3 * MAX_TRUNCATIONS`` are tried). ``(len(pieces), "")`` when the text already finishes the line.
+def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=None,
+                shortest: int = 0) -> tuple[int, str] | None:
+    """Finish the cursor's line: the longest ``k`` (not below ``shortest``) and a fix from
+    ``fixes(text) -> [str]`` (closing brackets, quotes, a block opener's ``:``; tried in order) such
+    that ``text + fix`` (``text = "".join(pieces[:k])``) introduces no issue (:class:`_Judge`) and
+    leaves CPython's first error of the region, if any, after the cursor's line. None when no
+    candidate does (at most ``3 * MAX_TRUNCATIONS`` are tried). ``(len(pieces), "")`` when the text
+    already finishes the line.
 
     When CPython's first error lies inside ``text`` for every fix, no fix appended after it can
     help: the search jumps to the longest ``k`` whose text ends before that error.
@@ -277,7 +279,7 @@ def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=No
         ends.append(ends[-1] + len(piece))
     tried = 0
     k = len(pieces)
-    while k >= 0:
+    while k >= shortest:
         text = "".join(pieces[:k])
         inside = len(text)  # the earliest error inside the text over every fix tried
         for fix in fixes(text):
@@ -292,5 +294,4 @@ def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=No
             k = min(k - 1, bisect.bisect_right(ends, inside) - 1)
         else:
             k -= 1
-    return None
     return None

@@ -223,3 +223,15 @@ def test_auto_closed_text_is_replaced_only_when_the_completion_typed_all_of_it(e
     ast.parse(prefix + result.text + suffix[result.replace_suffix:])
     if result.replace_suffix:
         assert result.text.rstrip().endswith(suffix[:result.replace_suffix].strip())
+
+
+def test_a_line_before_an_indented_block_opens_one_and_explain_says_why(engine):
+    from engine.explain import explanation, to_markdown
+
+    prefix, suffix = "def f(a):\n    if a:\n        x = 1\n    e", "\n        y = 2\n    return a\n"
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    assert result.semantics["member"]["rule"] == "block-header"
+    if result.text:  # the line's first word ("e" + the completion's start) is a compound statement keyword
+        assert ("e" + result.text).split()[0].rstrip(":") in ("elif", "else")
+    md = to_markdown(explanation(result, engine.index.size, engine.model_name))
+    assert "compound statement keywords" in md

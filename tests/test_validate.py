@@ -136,3 +136,12 @@ def test_finish_line_jumps_back_over_an_error_no_fix_can_reach():
 
     assert validate.finish_line("import os\n\n\ncl", pieces, "\n    def m(self):\n        pass\n", fixes) == (2, ":")
     assert len(calls) <= 3
+
+
+def test_finish_line_tries_no_text_shorter_than_asked():
+    from engine.validate import finish_line
+
+    # only the one-piece text (" > 0" + ":") finishes this line; asked for two pieces or more: none
+    pieces, fixes = [" > 0", " +"], (lambda t: ["", ":"])
+    assert finish_line("if x", pieces, "\n    pass\n", fixes) == (1, ":")
+    assert finish_line("if x", pieces, "\n    pass\n", fixes, shortest=2) is None
