@@ -55,9 +55,15 @@ def count_syntax_errors(source: str) -> tuple[int, int]:
     return errors, missing
 
 
-def first_error(source: str) -> int | None:
-    """Code-point offset of the first error CPython reports when compiling ``source`` to an AST
-    (no code runs; warnings are silenced), or None when it compiles."""
+def error_range(source: str) -> tuple[int, int] | None:
+    """``(start, end)`` code-point offsets (0-based, end exclusive, ``end >= start``) of the first
+    error CPython reports when compiling ``source`` to an AST (no code runs; warnings are silenced),
+    or None when it compiles.
+
+    The start is not always where the text goes wrong: for messages raised over a range (CPython's
+    ``invalid_*`` grammar rules: "invalid syntax. Perhaps you forgot a comma?", "expected 'else'
+    after 'if' expression", "invalid syntax. Maybe you meant '==' ...") it is the start of the whole
+    expression, and text up to the end of the range may be valid. The end is the later bound."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -65,16 +71,32 @@ def first_error(source: str) -> int | None:
         return None
     except SyntaxError as exc:
         if not exc.lineno:
-            return 0
-        start = 0
-        for _ in range(exc.lineno - 1):
-            nl = source.find("\n", start)
-            if nl < 0:
-                break
-            start = nl + 1
-        return start + max(0, (exc.offset or 1) - 1)
+            return 0, 0
+        start = _offset(source, exc.lineno, exc.offset)
+        end = start
+        if exc.end_lineno and exc.end_offset and exc.end_offset > 0:
+            end = max(start, _offset(source, exc.end_lineno, exc.end_offset))
+        return start, end
     except (ValueError, MemoryError, RecursionError):
-        return 0
+        return 0, 0
+
+
+def _offset(source: str, lineno: int, col: int | None) -> int:
+    """Code-point offset of CPython's 1-based ``lineno`` and 1-based ``col`` in ``source``."""
+    start = 0
+    for _ in range(lineno - 1):
+        nl = source.find("\n", start)
+        if nl < 0:
+            break
+        start = nl + 1
+    return start + max(0, (col or 1) - 1)
+
+
+def first_error(source: str) -> int | None:
+    """Code-point offset of the first error CPython reports when compiling ``source`` to an AST
+    (the start of :func:`error_range`), or None when it compiles."""
+    span = error_range(source)
+    return None if span is None else span[0]
 
 
 _CONTINUATIONS = ("else", "elif", "except", "finally", "case")
@@ -165,23 +187,24 @@ class _Judge:
         self.cursor = len(self.rp)
 
     def check(self, text: str) -> tuple[Issue | None, int | None]:
-        """``(issue or None, CPython's first error offset in the candidate region or None)``."""
+        """``(issue or None, CPython's first error range in the candidate region or None)``; the range
+        is :func:`error_range`'s ``(start, end)``, offsets in ``region prefix + text + region suffix``."""
         rp, rs = self.rp, self.rs
         if text.rstrip(" \t").endswith(":") and not rs.strip():
             line = (rp + text).rsplit("\n", 1)[-1]
             text = text.rstrip(" \t") + "\n" + line[: len(line) - len(line.lstrip(" \t"))] + "    pass"
-        err = first_error(rp + text + rs)
+        span = error_range(rp + text + rs)
         e1, m1 = count_syntax_errors(rp + text + rs)
         where = rp.count("\n")
         if e1 > self.e0 or m1 > self.m0:
-            return Issue("tree-sitter", where, f"ERROR nodes {self.e0}->{e1}, MISSING nodes {self.m0}->{m1}"), err
-        if err is None:
+            return Issue("tree-sitter", where, f"ERROR nodes {self.e0}->{e1}, MISSING nodes {self.m0}->{m1}"), span
+        if span is None:
             return None, None
         if self.base_error is None:
-            return Issue("compile", where, "the region no longer compiles"), err
-        if self.base_error >= self.cursor and err <= self.cursor + len(text):
-            return Issue("compile", where, "CPython's first error is inside the completion"), err
-        return None, err  # the error lies past the insertion, or is an unrelated one before the cursor
+            return Issue("compile", where, "the region no longer compiles"), span
+        if self.base_error >= self.cursor and span[0] <= self.cursor + len(text):
+            return Issue("compile", where, "CPython's first error is inside the completion"), span
+        return None, span  # the error lies past the insertion, or is an unrelated one before the cursor
 
 
 def validate(prefix: str, completion: str, suffix: str, top_level=None) -> list[Issue]:
@@ -204,21 +227,23 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -
     judge = _Judge(prefix, suffix, top_level)
     cursor = judge.cursor
 
-    def check(text: str) -> tuple[bool, int | None]:
-        issue, err = judge.check(text)
-        return issue is None, err
+    def check(text: str) -> tuple[bool, tuple[int, int] | None]:
+        issue, span = judge.check(text)
+        return issue is None, span
 
     n = len(pieces)
-    good, err = check("".join(pieces))
+    good, span = check("".join(pieces))
     if good:
         return n, "ok"
     limit = len("".join(pieces))
-    if err is not None and cursor <= err < cursor + limit:
-        limit = err - cursor  # a shorter candidate must end before the first error
+    if span is not None and cursor <= span[0] and span[1] < cursor + limit:
+        # a shorter candidate must end before the end of the range CPython blames: its start may lie
+        # well before the fault ("x + y z": "Perhaps you forgot a comma?" starts at x, x + y is valid)
+        limit = span[1] - cursor
 
     def try_k(k: int) -> bool | None:
-        """Valid? None when not worth a check (whitespace only, or past the full text's first error:
-        every prefix containing that error has it too; a shorter candidate's error says nothing
+        """Valid? None when not worth a check (whitespace only, or past the end of the full text's
+        first error range: every prefix containing that whole range has the error too; a shorter candidate's error says nothing
         about longer ones, ``(`` fails where ``(x)`` passes)."""
         text = "".join(pieces[:k])
         if not text.strip() or len(text) > limit:
@@ -269,8 +294,8 @@ def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=No
     candidate does (at most ``3 * MAX_TRUNCATIONS`` are tried). ``(len(pieces), "")`` when the text
     already finishes the line.
 
-    When CPython's first error lies inside ``text`` for every fix, no fix appended after it can
-    help: the search jumps to the longest ``k`` whose text ends before that error.
+    When CPython's first error range ends inside ``text`` for every fix, no fix appended after it
+    can help: the search jumps to the longest ``k`` whose text ends at or before the range's end.
     """
     judge = _Judge(prefix, suffix, top_level)
     rest_of_line = len(judge.rs.split("\n", 1)[0])
@@ -283,10 +308,11 @@ def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=No
         text = "".join(pieces[:k])
         inside = len(text)  # the earliest error inside the text over every fix tried
         for fix in fixes(text):
-            issue, err = judge.check(text + fix)
-            if issue is None and (err is None or err > judge.cursor + len(text) + len(fix) + rest_of_line):
+            issue, span = judge.check(text + fix)
+            if issue is None and (span is None or span[0] > judge.cursor + len(text) + len(fix) + rest_of_line):
                 return k, fix
-            inside = min(inside, err - judge.cursor) if err is not None and err >= judge.cursor else 0
+            # the end of CPython's range, not its start: text before the end may be valid (see error_range)
+            inside = min(inside, span[1] - judge.cursor) if span is not None and span[0] >= judge.cursor else 0
             tried += 1
             if tried >= 3 * MAX_TRUNCATIONS:
                 return None

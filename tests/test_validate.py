@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from engine.validate import (
     count_syntax_errors,
+    error_range,
     first_error,
     longest_valid,
     region,
@@ -145,3 +148,30 @@ def test_finish_line_tries_no_text_shorter_than_asked():
     pieces, fixes = [" > 0", " +"], (lambda t: ["", ":"])
     assert finish_line("if x", pieces, "\n    pass\n", fixes) == (1, ":")
     assert finish_line("if x", pieces, "\n    pass\n", fixes, shortest=2) is None
+
+
+@pytest.mark.parametrize(
+    "prefix,pieces,suffix,want",
+    [
+        # R10: CPython blames "x + y z" from x ("Perhaps you forgot a comma?"), yet "x + y" is valid
+        ("print(f(2, ", ["x", " + y", " z"], "))\n", (2, "truncated")),
+        # siblings: every message raised over a range whose start precedes the fault
+        ("x = [", ["a", " +", " b", " c"], "]\n", (3, "truncated")),  # forgot a comma, in a list
+        ("d = {", ["a", ": b.c", " d"], "}\n", (2, "truncated")),  # ... in a dict display
+        ("foo(1, ", ["bar", "(x)", " baz"], ")\n", (2, "truncated")),  # ... after a call
+        ("y = ", ["1", " if", " x"], "\n", (1, "truncated")),  # expected 'else' after 'if' expression
+        ("if ", ["a", " == b", " = 1"], ":\n    pass\n", (2, "truncated")),  # Maybe you meant '==' ...
+        ("f(a, ", ["b", " c", "=1"], ")\n", (1, "truncated")),  # forgot a comma before a keyword
+    ],
+)
+def test_longest_valid_does_not_trust_an_error_start_before_the_fault(prefix, pieces, suffix, want):
+    assert longest_valid(prefix, pieces, suffix) == want
+    k = want[0]
+    ast.parse(prefix + "".join(pieces[:k]) + suffix)  # what is kept compiles
+
+
+def test_error_range_spans_what_cpython_blames():
+    src = "print(f(2, x + y z))\n"
+    assert error_range(src) == (src.index("x"), src.index("z") + 1)
+    assert error_range("a = 1 +\n") == (7, 7)
+    assert error_range("x = 1\n") is None
