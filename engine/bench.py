@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .text import read_source
+
 KINDS = ("line", "args", "block")  # sampled by :func:`sample_tasks`
 ALL_KINDS = KINDS + ("slots",)  # slots: :mod:`engine.bench_slots`
 
@@ -119,8 +121,8 @@ def sample_tasks(files: list[Path], n: int, seed: int, kinds=KINDS) -> list[Task
     texts: list[str] = []
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            text = read_source(path)
+        except (OSError, ValueError):
             text = ""
         texts.append(text)
         for k, spans in spans_for_file(text, rng).items():

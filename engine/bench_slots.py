@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .bench import Task, _line_starts, _utf8_col_to_index
+from .text import read_source
 
 SLOT_RULES = ("S113", "PLW1510", "PLW1514", "S506")
 # PLW1514 (unspecified-encoding) is a preview rule in ruff 0.17: without --preview it is ignored
@@ -239,8 +240,8 @@ def slot_files(corpus: str | Path | None = None) -> list[Path]:
 
 def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = read_source(path)
+    except (OSError, ValueError):
         return ""
     return text if any(w in text for w in _SCAN_WORDS) else ""
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .text import read_source
+
 
 def load_qwen():
     """``(tiktoken.Encoding, Vocabulary)`` for Qwen's vocabulary. Raises ImportError with the fix."""
@@ -44,7 +46,7 @@ def replay(enc, index, files: list[Path]) -> dict:
     rejected: list[str] = []
     tokens = 0
     for path in files:
-        text = path.read_text(encoding="utf-8")
+        text = read_source(path)
         ids = enc.encode(text, disallowed_special=())
         guide = PythonGuide(index, Lex(detect_indent_style(text)), MaskMemo())
         for tid in ids:

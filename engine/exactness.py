@@ -50,6 +50,7 @@ from pathlib import Path
 
 from . import pylex
 from .pylex import Complex, Lex, Reject
+from .text import read_source
 
 MUTATIONS = ("missing_colon", "stray_dedent", "missing_indent", "unexpected_indent", "unclosed_bracket",
              "extra_closer", "misspelt_keyword")
@@ -162,8 +163,8 @@ def sample_mutants(files: list[Path], per_kind: int, seed: int, kinds=MUTATIONS)
     sites: dict[str, list[tuple[int, int, str]]] = {k: [] for k in kinds}
     for path in files:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            text = read_source(path)
+        except (OSError, ValueError):
             continue
         texts.append(text)
         for k, found in mutation_sites(text).items():

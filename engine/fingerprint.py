@@ -92,7 +92,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .text import common_prefix, common_suffix
+from .text import common_prefix, common_suffix, read_source
 
 FEATURES: tuple[str, ...] = (
     "in_call_args",
@@ -899,8 +899,8 @@ def fingerprint_stats(root: str | Path, samples: int = 2000, seed: int = 0, prog
         text = texts.get(f)
         if text is None:
             try:
-                text = f.read_bytes().decode("utf-8", "replace")
-            except OSError:
+                text = read_source(f)
+            except (OSError, ValueError):
                 text = ""
             texts[f] = text
             if len(texts) > 64:

@@ -1,8 +1,39 @@
 """Text helpers shared by the engine and the server: line endings (the one place that decides what a
-line break is, LSP 3.17+: ``\\n``, ``\\r\\n``, ``\\r``) and the common prefix/suffix of two versions
-of a text (incremental lexing, parsing and edit tracking)."""
+line break is, LSP 3.17+: ``\\n``, ``\\r\\n``, ``\\r``), the common prefix/suffix of two versions
+of a text (incremental lexing, parsing and edit tracking), and the one reader of Python source from
+disk (PEP 263 / PEP 3120)."""
 
 from __future__ import annotations
+
+import io
+import tokenize
+from pathlib import Path
+
+
+def decode_source(data: bytes) -> str:
+    """Python source bytes -> text, decoded as CPython decodes a module: a UTF-8 BOM, else a PEP 263
+    coding declaration in the first two lines, else UTF-8 (PEP 3120); the rule of
+    :func:`tokenize.detect_encoding`. Line breaks are kept as they are (positions stay those of the
+    file). Raises ValueError naming the encoding when the bytes do not decode, or when the declared
+    encoding is unknown or contradicts the BOM; the message carries the fix."""
+    try:
+        encoding, _lines = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:  # unknown codec in the cookie, BOM plus a non-UTF-8 cookie, bad UTF-8 in line 1-2
+        raise ValueError(f"{exc.msg}; {_ENCODING_FIX}") from exc
+    try:
+        return data.decode(encoding)  # "utf-8-sig" drops the BOM
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid {encoding}: {exc.reason} at byte {exc.start}; {_ENCODING_FIX}") from exc
+
+
+_ENCODING_FIX = ("save the file as UTF-8, or declare its encoding in the first two lines (PEP 263), "
+                 "e.g. '# -*- coding: latin-1 -*-'")
+
+
+def read_source(path: str | Path) -> str:
+    """The text of the Python file at ``path`` (see :func:`decode_source`): the one reader that the
+    CLI, the benchmark and training corpora and workspace scans use. Raises OSError, ValueError."""
+    return decode_source(Path(path).read_bytes())
 
 
 def dominant_eol(text: str) -> str:

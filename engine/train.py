@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .text import read_source
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>"]
 EOS, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD = SPECIAL_TOKENS
 
@@ -74,7 +76,8 @@ def stdlib_dir() -> Path:
 
 
 def corpus_files(root: Path) -> list[Path]:
-    """Every ``*.py`` file below ``root`` that is UTF-8 and parses with this Python, sorted.
+    """Every ``*.py`` file below ``root`` that decodes as CPython reads it (PEP 263, :func:`read_source`)
+    and parses with this Python, sorted.
 
     ``site-packages`` is skipped (third-party code under other licences).
     """
@@ -84,9 +87,9 @@ def corpus_files(root: Path) -> list[Path]:
         if "site-packages" in rel or "dist-packages" in rel:
             continue
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_source(path)
             ast.parse(text)
-        except (UnicodeDecodeError, SyntaxError, ValueError, OSError, RecursionError, MemoryError):
+        except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
             continue
         if text.strip():
             files.append(path)
@@ -242,8 +245,8 @@ def train(cfg: TrainConfig) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     root = Path(cfg.corpus_dir) if cfg.corpus_dir else stdlib_dir()
     train_files, held_files = split_corpus(root, cfg.holdout_percent)
-    train_texts = [p.read_text(encoding="utf-8") for p in train_files]
-    held_texts = [p.read_text(encoding="utf-8") for p in held_files]
+    train_texts = [read_source(p) for p in train_files]
+    held_texts = [read_source(p) for p in held_files]
     print(
         f"corpus {root}: {len(train_files)} training files ({sum(map(len, train_texts)) / 1e6:.1f} M chars),"
         f" {len(held_files)} held out",

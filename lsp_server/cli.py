@@ -66,6 +66,7 @@ def _complete_at(args):
     from engine.api import CompletionRequest
     from engine.complete import Engine
     from engine.errors import ModelError
+    from engine.text import decode_source
 
     try:
         file, line, col = parse_location(args.location)
@@ -77,8 +78,8 @@ def _complete_at(args):
             data = sys.stdin.buffer.read()
         else:
             data = Path(file).read_bytes()
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = decode_source(data)  # PEP 263 / 3120, as CPython reads the file
+    except (OSError, ValueError) as exc:
         print(f"fsm-complete {args.command}: cannot read {file}: {exc}", file=sys.stderr)
         return 2, None, 0, None, None
     offset = offset_of(text, line, col)

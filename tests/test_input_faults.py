@@ -1,0 +1,108 @@
+"""Faults from real reports (issue 16): input that is not what the happy path expects.
+
+R8 (source encodings, PEP 263), R10 (CPython's error position), through the real ``fsm-complete``
+command and the real embedded model; the buffers of the cases are copies of those in
+``shared/cases/real-reports/`` (cursor positions from its table).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.text import decode_source, read_source
+
+CLI = [sys.executable, "-m", "lsp_server.cli"]
+
+
+def complete(path: Path, line: int, col: int, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "complete", f"{path}:{line}:{col}", "--json", *extra],
+                          capture_output=True, text=True, timeout=300)
+
+
+def applied(text: str, line: int, col: int, item: dict) -> str:
+    """``text`` with the CLI item inserted at 1-based ``line``/``col`` (code points)."""
+    lines = text.split("\n")
+    lines[line - 1] = lines[line - 1][: col - 1] + item["text"] + lines[line - 1][col - 1:]
+    return "\n".join(lines)
+
+
+# -- R8: source read as CPython reads it (BOM, PEP 263 cookie, UTF-8 default) --------------------------
+
+R8_TEXT = '# -*- coding: latin-1 -*-\nimport os\nGREETING = "grüß dich"\nos.pa\n'
+
+
+@pytest.mark.parametrize(
+    "name,data,line,col",
+    [
+        ("R8.py", R8_TEXT.encode("latin-1"), 4, 6),  # the case: a latin-1 file with an Emacs-style cookie
+        # siblings: a Vim-style cookie naming cp1252, a UTF-8 file with a BOM (and CRLF), a cookie on line 2
+        ("vim.py", "# vim: set fileencoding=cp1252 :\nimport os\nPRICE = '€ 5'\nos.pa\n".encode("cp1252"), 4, 6),
+        ("bom.py", b"\xef\xbb\xbf" + "import os\r\nNAME = 'Ωmega'\r\nos.pa\r\n".encode(), 3, 6),
+        ("line2.py", "#!/usr/bin/env python\n# coding=iso-8859-15\nimport os\nS = 'œ'\nos.pa\n".encode("iso-8859-15"),
+         5, 6),
+    ],
+)
+def test_r8_cli_reads_source_by_its_declared_encoding(tmp_path, name, data, line, col):
+    path = tmp_path / name
+    path.write_bytes(data)
+    proc = complete(path, line, col)
+    assert proc.returncode == 0, proc.stderr
+    item = json.loads(proc.stdout)
+    assert item["range"]["start"] == {"line": line, "column": col}  # columns count decoded characters
+    text = read_source(path)
+    assert text.count("\n") == data.count(b"\n")
+    if item["text"]:
+        ast.parse(applied(text.replace("\r\n", "\n"), line, col, item))
+
+
+def test_r8_undecodable_file_fails_with_the_fix(tmp_path):
+    path = tmp_path / "latin.py"
+    path.write_bytes('import os\nS = "grüß"\nos.pa\n'.encode("latin-1"))  # latin-1 bytes, no declaration
+    proc = complete(path, 3, 6)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "PEP 263" in proc.stderr and "coding" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "data,want",
+    [
+        (R8_TEXT.encode("latin-1"), R8_TEXT),
+        (b"\xef\xbb\xbfx = 1\r\n", "x = 1\r\n"),  # BOM dropped, line breaks kept (positions are the file's)
+        ("x = 'é'\n".encode(), "x = 'é'\n"),  # UTF-8 by default (PEP 3120)
+        ("# coding: utf-8\nx = 'é'\n".encode(), "# coding: utf-8\nx = 'é'\n"),
+    ],
+)
+def test_r8_decode_source_follows_pep_263(data, want):
+    assert decode_source(data) == want
+
+
+@pytest.mark.parametrize("data", [b"# coding: no-such-codec\nx = 1\n", b"\xef\xbb\xbf# coding: latin-1\nx = 1\n",
+                                  b"x = 1\ny = '\xfc'\n"])
+def test_r8_decode_source_errors_carry_the_fix(data):
+    with pytest.raises(ValueError, match="PEP 263"):
+        decode_source(data)
+
+
+def test_r8_corpora_read_declared_encodings(tmp_path):
+    from engine.train import corpus_files
+
+    (tmp_path / "latin.py").write_bytes(R8_TEXT.replace("os.pa\n", "os.path\n").encode("latin-1"))
+    (tmp_path / "broken.py").write_bytes(b"x = '\xfc'\n")  # no declaration, not UTF-8: skipped
+    assert [p.name for p in corpus_files(tmp_path)] == ["latin.py"]
+
+
+# -- R10: the case through the CLI (the engine-level search over the model's pieces is in test_validate) ---
+
+def test_r10_cli_result_keeps_the_call_valid(tmp_path):
+    path = tmp_path / "R10.py"
+    path.write_text("print(f(2, ))\n")
+    proc = complete(path, 1, 12)
+    assert proc.returncode == 0, proc.stderr
+    item = json.loads(proc.stdout)
+    ast.parse(applied(path.read_text(), 1, 12, item))
