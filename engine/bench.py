@@ -409,6 +409,8 @@ def run_bench(args, lsp_timer=None) -> dict:
         settings.model.path = args.model
     if args.device:
         settings.model.device = args.device
+    if getattr(args, "decoder", None):
+        settings.model.decoder = args.decoder
     engine = Engine(settings)
     engine.load()
     tasks, slots_meta = sample_all(args)
@@ -458,6 +460,8 @@ def add_bench_parser(sub):
     sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files)")
     sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
     sp.add_argument("--device", help="auto, cpu, cuda")
+    sp.add_argument("--decoder", choices=["auto", "transformers"],
+                    help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints (default); transformers: always")
     sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
     sp.add_argument("--tokenizer", choices=["default", "qwen"], default="default",
                     help="qwen: FSM-only measurement on Qwen2.5-Coder's 151k vocabulary")

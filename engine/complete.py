@@ -162,7 +162,7 @@ class Engine:
         s = self.settings
         try:
             report("loading model", 5)
-            lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads)
+            lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder)
             report("building the FIM prompt template", 50)
             requested = s.model.fim_template
             if requested == "auto":  # a checkpoint may name its template (the embedded model does)

@@ -38,15 +38,16 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
 
 
 class KVCache:
-    """Holds the model's KV cache (transformers' ``DynamicCache``) for the last sequence and reuses
-    its longest shared prefix.
+    """The model's KV cache for the last sequence, reusing its longest shared prefix.
 
-    Prefill asks the model for the last position's logits only (``logits_to_keep=1``: the LM head
-    over the whole prompt was a third of a CPU prefill) and, on the CPU, runs with
+    Two kinds of model: the own Llama-family decoder (:class:`engine.llama.LlamaDecoder`, which
+    holds a static preallocated cache: reuse and rollback only move its length) and any
+    transformers model (a ``DynamicCache``, cropped for reuse and rollback).
+
+    Prefill asks for the last position's logits only (``logits_to_keep=1`` on transformers: the LM
+    head over the whole prompt was a third of a CPU prefill) and, on the CPU, runs with
     ``prefill_threads`` threads (matrix products over the whole prompt), while single-token decode
-    steps keep the model's own thread count. (A preallocated ``StaticCache`` was measured too: no
-    faster per CPU step for the default model, slower prefill, because attention runs over the
-    whole capacity.)
+    steps keep the model's own thread count (one for small models: see ``engine.model``).
 
     ``prefill(ids)`` returns the last position's logits ``[vocab]`` and how many tokens were reused.
     """
@@ -56,46 +57,58 @@ class KVCache:
 
         self.model = model
         self.device = device
-        self.cache = None
+        self.own = bool(getattr(model, "owns_kv_cache", False))
+        self.cache = None  # transformers' DynamicCache (None on the own decoder)
         self.ids: list[int] = []
         self.prefill_threads = prefill_threads
         try:
-            self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+            self._keep = not self.own and "logits_to_keep" in inspect.signature(model.forward).parameters
         except (TypeError, ValueError):
             self._keep = False
 
     def reset(self) -> None:
         self.cache = None
         self.ids = []
+        if self.own:
+            self.model.truncate(0)
+
+    def _crop(self, keep: int) -> None:
+        """Keep the first ``keep`` cached tokens (0 < keep <= len(ids))."""
+        if self.own:
+            self.model.truncate(keep)
+        else:
+            self.cache.crop(keep - len(self.ids))  # transformers >= 5: a negative count removes tokens
+        self.ids = self.ids[:keep]
 
     def _forward(self, ids: list[int], keep_last: bool):
+        inp = torch.tensor(ids, dtype=torch.long, device=self.device)  # [new_tokens]
+        if self.own:
+            return self.model.forward(inp, last_only=True)  # [vocab]
+        if self.cache is None:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=self.model.config)
         kwargs = {"logits_to_keep": 1} if keep_last and self._keep else {}
-        inp = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, new_tokens]
-        out = self.model(input_ids=inp, cache=self.cache, use_cache=True, **kwargs)
+        out = self.model(input_ids=inp[None], cache=self.cache, use_cache=True, **kwargs)
         self.cache = out.cache
         return out.logits[0, -1]  # [vocab]
 
     @torch.inference_mode()
     def prefill(self, ids: list[int], *, chunk: int = 0, stop=None) -> tuple[torch.Tensor | None, int]:
         """Make the cache hold ``ids``; returns the last position's logits ``[vocab]`` and how many
-        tokens were reused. ``chunk`` > 0 feeds the new tokens in chunks of that many, and
-        ``stop`` (a ``threading.Event``) set between chunks ends early: the cache then holds a
-        prefix of ``ids`` and the logits are None (an interrupted warm-up)."""
+        tokens were reused (the longest shared prefix with the cached sequence, at most
+        ``len(ids) - 1``: the last token is always run for its logits). ``chunk`` > 0 feeds the new
+        tokens in chunks of that many, and ``stop`` (a ``threading.Event``) set between chunks ends
+        early: the cache then holds a prefix of ``ids`` and the logits are None (an interrupted
+        warm-up)."""
         reuse = 0
-        if self.cache is not None:
-            n = min(len(ids) - 1, len(self.ids))
-            while reuse < n and ids[reuse] == self.ids[reuse]:
-                reuse += 1
-            if reuse == 0:
-                self.reset()
-            elif len(self.ids) > reuse:
-                self.cache.crop(reuse - len(self.ids))  # transformers >= 5: a negative count removes tokens
-                self.ids = self.ids[:reuse]
-        if self.cache is None:
-            from transformers import DynamicCache
-
-            self.cache = DynamicCache(config=self.model.config)
-            reuse = 0
+        n = min(len(ids) - 1, len(self.ids))
+        while reuse < n and ids[reuse] == self.ids[reuse]:
+            reuse += 1
+        if reuse == 0:
+            self.reset()
+        elif len(self.ids) > reuse:
+            self._crop(reuse)
         threads = torch.get_num_threads()
         many = self.device.type == "cpu" and self.prefill_threads > threads and len(ids) - reuse >= 32
         if many:
@@ -110,6 +123,9 @@ class KVCache:
                 logits = self._forward(ids[done:done + step], keep_last=True)
                 done = min(len(ids), done + step)
                 self.ids = list(ids[:done])
+        except BaseException:
+            self.reset()  # a failed forward may have left the cache ahead of ``ids``
+            raise
         finally:
             if many:
                 torch.set_num_threads(threads)
@@ -119,10 +135,13 @@ class KVCache:
     def decode_one_token(self, token_id: int) -> torch.Tensor:
         """Append one token and return the next logits ``[vocab]``."""
         self.ids.append(token_id)
-        return self._forward([token_id], keep_last=False)
+        try:
+            return self._forward([token_id], keep_last=False)
+        except BaseException:
+            self.reset()
+            raise
 
     def drop_last(self, n: int) -> None:
         """Forget the last ``n`` cached tokens (a rolled-back decode step)."""
-        if self.cache is not None and n > 0:
-            self.cache.crop(-n)
-            self.ids = self.ids[:-n]
+        if n > 0 and self.ids:
+            self._crop(max(0, len(self.ids) - n))

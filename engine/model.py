@@ -7,11 +7,14 @@ them can run arbitrary code.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError
+
+log = logging.getLogger(__name__)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -23,7 +26,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.
 
 @dataclass
 class LoadedModel:
-    model: object  # transformers PreTrainedModel, eval mode, on ``device``
+    model: object  # engine.llama.LlamaDecoder, or a transformers PreTrainedModel in eval mode, on ``device``
     tokenizer: object  # transformers PreTrainedTokenizerBase
     device: object  # torch.device
     dtype: object  # torch.dtype
@@ -89,18 +92,46 @@ def check_model_dir(path: Path) -> None:
                          "checkpoint that includes its tokenizer")
 
 
-def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: int = 0) -> LoadedModel:
-    """Load tokenizer and causal LM from ``path`` onto the resolved device. Raises ModelError."""
+DECODERS = ("auto", "transformers")
+
+
+def load_own_decoder(path: Path, dev, dt):
+    """The own Llama-family decoder (:mod:`engine.llama`) for ``path``, or None when the checkpoint
+    is not one it runs (another ``model_type``, RoPE type, activation, ...) or its weights do not load
+    (transformers then loads it, with its own error messages)."""
+    from .llama import UnsupportedArchitecture, load_decoder
+
+    try:
+        return load_decoder(path, dev, dt)
+    except UnsupportedArchitecture as exc:
+        log.info("%s runs on transformers: %s", path.name, exc)
+    except Exception as exc:  # noqa: BLE001 (transformers reports a broken checkpoint better)
+        log.warning("the own decoder could not load %s (%s: %s); trying transformers", path, type(exc).__name__, exc)
+    return None
+
+
+def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: int = 0,
+               decoder: str = "auto") -> LoadedModel:
+    """Load tokenizer and causal LM from ``path`` onto the resolved device. ``decoder``: ``"auto"``
+    runs Llama, Qwen2 and Mistral checkpoints on the own decoder (:mod:`engine.llama`) and others on
+    transformers; ``"transformers"`` always uses transformers. Raises ModelError."""
     import torch
+
+    path = Path(path)
+    check_model_dir(path)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if decoder not in DECODERS:
+        raise ModelError(f"unknown decoder {decoder!r}; use \"auto\" or \"transformers\"")
+    own = load_own_decoder(path, dev, dt) if decoder == "auto" else None
+    if own is not None:
+        return _finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions, own.parameters, threads)
+
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
-    path = Path(path)
-    check_model_dir(path)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:
@@ -116,14 +147,31 @@ def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: i
         raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model or device \"cpu\"") from exc
     model.eval()
     n_params = sum(p.numel() for p in model.parameters())
+    cfg = model.config
+    window = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048)
+    return _finish(model, tokenizer, dev, dt, path.name, window, n_params, threads)
+
+
+def _load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise ModelError(f"could not load the tokenizer from {path}: {exc}") from exc
+
+
+def _finish(model, tokenizer, dev, dt, name: str, window: int, n_params: int, threads: int) -> LoadedModel:
+    """Set the CPU thread counts and wrap up. Single-token decode of a small model is latency-bound:
+    extra threads only add sync overhead (and collapse when another process keeps a core busy), so
+    decode runs on one thread under 50 M parameters; prefill (matrix products over the whole
+    prompt) uses every core torch would (``prefill_threads``, applied by ``engine.decode.KVCache``)."""
+    import torch
+
     prefill_threads = 0
     if dev.type == "cpu":
-        # single-token decode of a small model is latency-bound: extra threads only add sync overhead;
-        # prefill (matrix products over the whole prompt) still uses every core torch would
         cores = torch.get_num_threads()
         torch.set_num_threads(threads if threads > 0 else (1 if n_params < 50_000_000 else cores))
         prefill_threads = threads if threads > 0 else cores
-    cfg = model.config
-    window = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048)
-    return LoadedModel(model=model, tokenizer=tokenizer, device=dev, dtype=dt, name=path.name, max_positions=window,
+    return LoadedModel(model=model, tokenizer=tokenizer, device=dev, dtype=dt, name=name, max_positions=window,
                        parameters=n_params, prefill_threads=prefill_threads)

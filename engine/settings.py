@@ -22,6 +22,7 @@ class ModelSettings:
     fim_template: str = "auto"  # "auto" | "starcoder" | "qwen" | "deepseek" | "codellama"
     context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
     threads: int = 0  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)
+    decoder: str = "auto"  # "auto": own decoder for Llama/Qwen2/Mistral (engine/llama.py), else transformers | "transformers"
 
 
 @dataclass

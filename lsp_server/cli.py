@@ -23,6 +23,8 @@ def _settings(args):
         s.model.device = args.device
     if getattr(args, "dtype", None):
         s.model.dtype = args.dtype
+    if getattr(args, "decoder", None):
+        s.model.decoder = args.decoder
     return s
 
 
@@ -200,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
         sp.add_argument("--device", help="auto, cpu, cuda, cuda:N")
         sp.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+        sp.add_argument("--decoder", choices=["auto", "transformers"],
+                        help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints, else transformers "
+                             "(default); transformers: always transformers")
         sp.add_argument("--required-arguments", dest="required_arguments", metavar="PROFILE",
                         help="required-argument policy profile: default, strict-http, off")
 

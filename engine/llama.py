@@ -1,0 +1,349 @@
+"""An own decoder for the Llama family (Llama, Qwen2, Mistral), gpt-fast style, in plain torch.
+
+Weights come from the checkpoint's ``*.safetensors`` files (read with safetensors, never pickle);
+the architecture from its ``config.json``. Nothing here imports transformers: a server on this path
+starts with torch, safetensors and tokenizers only.
+
+- fused projections: one ``qkv`` matrix per layer (``[(heads + 2 * kv_heads) * head_dim, hidden]``)
+  and one ``gate_up`` matrix (``[2 * intermediate, hidden]``);
+- attention: ``F.scaled_dot_product_attention`` with grouped-query attention (``enable_gqa``);
+- a static, preallocated KV cache (``[layers, 2, 1, kv_heads, capacity, head_dim]``) that holds the
+  first :attr:`LlamaDecoder.length` positions; rolling back or reusing a prefix only moves that
+  length (:meth:`LlamaDecoder.truncate`);
+- position encoding: rotary (RoPE) as in transformers' ``modeling_rope_utils`` — ``default``,
+  ``linear`` (positions divided by ``factor``), ``dynamic`` (NTK scaling; equal to ``default``
+  inside the original window, which is all this decoder serves) and ``llama3`` (frequency bands);
+  other types (yarn, longrope, ...) are refused and the checkpoint runs on transformers;
+- Qwen2's bias on q/k/v, Llama's ``attention_bias``/``mlp_bias``, tied input/output embeddings;
+  Mistral's and Qwen2's sliding window in the attention mask.
+
+RMSNorm runs in float32 and casts back, as transformers does, so float32 logits agree with
+transformers' to about 1e-5 (tests/test_llama.py checks 1e-4).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+
+
+class UnsupportedArchitecture(ValueError):
+    """The checkpoint is outside what this decoder implements (the caller falls back to transformers)."""
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The architecture read from ``config.json`` (sizes in elements, window in tokens)."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_positions: int  # the model window (tokens)
+    rope_theta: float
+    rope_type: str
+    rope_factor: float
+    rope_low_freq_factor: float
+    rope_high_freq_factor: float
+    rope_original_max_positions: int
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    tie_word_embeddings: bool
+    sliding_window: int  # 0: none
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> "DecoderConfig":
+        """Parse a Hugging Face ``config.json`` dict. Raises :class:`UnsupportedArchitecture` with the
+        reason when the checkpoint needs something this decoder does not implement."""
+        mtype = cfg.get("model_type")
+        if mtype not in SUPPORTED_MODEL_TYPES:
+            raise UnsupportedArchitecture(f"model_type {mtype!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}")
+        act = cfg.get("hidden_act", "silu")
+        if act != "silu":
+            raise UnsupportedArchitecture(f"hidden_act {act!r} (only silu)")
+        if cfg.get("pretraining_tp", 1) not in (1, None):
+            raise UnsupportedArchitecture("pretraining_tp > 1")
+        hidden = int(cfg["hidden_size"])
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+        window = int(cfg.get("max_position_embeddings") or 2048)
+        # transformers >= 5 writes rope_parameters; older configs rope_theta + rope_scaling
+        rope = dict(cfg.get("rope_parameters") or {})
+        if not rope:
+            rope = dict(cfg.get("rope_scaling") or {})
+            rope.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
+        rtype = rope.get("rope_type", rope.get("type", "default")) or "default"
+        if rtype not in ROPE_TYPES:
+            raise UnsupportedArchitecture(f"rope_type {rtype!r} (supported: {', '.join(ROPE_TYPES)})")
+        if float(rope.get("partial_rotary_factor", 1.0)) != 1.0:
+            raise UnsupportedArchitecture("partial_rotary_factor != 1")
+        original = int(rope.get("original_max_position_embeddings") or window)
+        if rtype == "dynamic":
+            window = min(window, original)  # beyond it dynamic NTK changes the frequencies per length
+        sliding = 0
+        if mtype == "mistral":
+            sliding = int(cfg.get("sliding_window") or 0)
+        elif mtype == "qwen2" and cfg.get("use_sliding_window"):
+            layers = cfg.get("layer_types")
+            if layers and any(t != "full_attention" for t in layers) and any(t == "full_attention" for t in layers):
+                raise UnsupportedArchitecture("Qwen2 with sliding window on some layers only")
+            sliding = int(cfg.get("sliding_window") or 0)
+        if mtype == "qwen2":
+            qkv_bias, o_bias = True, False
+        else:
+            qkv_bias = o_bias = bool(cfg.get("attention_bias", False))
+        return cls(
+            model_type=mtype, vocab_size=int(cfg["vocab_size"]), hidden_size=hidden,
+            intermediate_size=int(cfg["intermediate_size"]), num_layers=int(cfg["num_hidden_layers"]),
+            num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), max_positions=window,
+            rope_theta=float(rope.get("rope_theta", 10000.0)), rope_type=rtype,
+            rope_factor=float(rope.get("factor", 1.0) or 1.0),
+            rope_low_freq_factor=float(rope.get("low_freq_factor", 1.0) or 1.0),
+            rope_high_freq_factor=float(rope.get("high_freq_factor", 4.0) or 4.0),
+            rope_original_max_positions=original, qkv_bias=qkv_bias, o_bias=o_bias,
+            mlp_bias=bool(cfg.get("mlp_bias", False)) if mtype == "llama" else False,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            sliding_window=sliding,
+        )
+
+
+def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
+    """Inverse frequencies ``[head_dim // 2]`` (float32, radians per position) for ``cfg``'s RoPE type;
+    the rules of transformers' ``modeling_rope_utils`` (llama3: Meta's Llama 3.1 frequency bands)."""
+    dim = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if cfg.rope_type == "linear":
+        inv = inv / cfg.rope_factor
+    elif cfg.rope_type == "llama3":
+        old = cfg.rope_original_max_positions
+        low_wavelen = old / cfg.rope_low_freq_factor
+        high_wavelen = old / cfg.rope_high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wavelen, inv / cfg.rope_factor, inv)
+        smooth = (old / wavelen - cfg.rope_low_freq_factor) / (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor)
+        smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[..., d]`` -> ``[..., d]``: (x1, x2) -> (-x2, x1) over the two halves (transformers' convention)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last axis, computed in float32 and cast back to ``x.dtype`` before the scale."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.Tensor  # [hidden]
+    qkv: torch.Tensor  # [(heads + 2 kv_heads) * head_dim, hidden]
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor  # [hidden, heads * head_dim]
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor  # [hidden]
+    gate_up: torch.Tensor  # [2 * intermediate, hidden]
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor  # [hidden, intermediate]
+    down_bias: torch.Tensor | None
+
+
+class LlamaDecoder:
+    """A Llama-family causal LM with its own static KV cache for one sequence (batch 1).
+
+    :meth:`forward` appends tokens at positions ``length ... length + n - 1`` (0-based) and returns
+    logits; :meth:`truncate` keeps the first ``n`` cached positions. ``config`` is the raw
+    ``config.json`` as attributes (``vocab_size``, ``fim_template``, ...), as code written against
+    transformers' ``model.config`` expects.
+    """
+
+    owns_kv_cache = True
+
+    def __init__(self, cfg: DecoderConfig, raw_config: dict, weights: dict, device, dtype, capacity: int = 0):
+        _check_shapes(cfg, weights)
+        self.cfg = cfg
+        self.config = SimpleNamespace(**raw_config)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.capacity = min(capacity or cfg.max_positions, cfg.max_positions)
+
+        def get(name: str, required: bool = True):
+            t = weights.get(name)
+            if t is None:
+                if required:
+                    raise KeyError(f"the weights have no tensor {name!r}")
+                return None
+            return t.to(device=self.device, dtype=dtype)
+
+        def cat(*names: str, required: bool = True):
+            parts = [get(n, required) for n in names]
+            return None if any(p is None for p in parts) else torch.cat(parts, dim=0).contiguous()
+
+        self.embed = get("model.embed_tokens.weight")  # [vocab, hidden]
+        self.norm = get("model.norm.weight")
+        lm_head = None if cfg.tie_word_embeddings else get("lm_head.weight", required=False)
+        self.lm_head = lm_head if lm_head is not None else self.embed  # [vocab, hidden]
+        self.layers: list[_Layer] = []
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}."
+            a, m = p + "self_attn.", p + "mlp."
+            self.layers.append(_Layer(
+                input_norm=get(p + "input_layernorm.weight"),
+                qkv=cat(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+                qkv_bias=cat(a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias") if cfg.qkv_bias else None,
+                o=get(a + "o_proj.weight"),
+                o_bias=get(a + "o_proj.bias") if cfg.o_bias else None,
+                post_norm=get(p + "post_attention_layernorm.weight"),
+                gate_up=cat(m + "gate_proj.weight", m + "up_proj.weight"),
+                gate_up_bias=cat(m + "gate_proj.bias", m + "up_proj.bias") if cfg.mlp_bias else None,
+                down=get(m + "down_proj.weight"),
+                down_bias=get(m + "down_proj.bias") if cfg.mlp_bias else None,
+            ))
+        inv = rope_inv_freq(cfg)
+        pos = torch.arange(self.capacity, dtype=torch.float32)
+        freqs = torch.outer(pos, inv)  # [capacity, head_dim // 2]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [capacity, head_dim]
+        self.cos = emb.cos().to(device=self.device, dtype=dtype)
+        self.sin = emb.sin().to(device=self.device, dtype=dtype)
+        # [layers, k/v, batch 1, kv_heads, capacity, head_dim]
+        self.kv = torch.zeros(cfg.num_layers, 2, 1, cfg.num_kv_heads, self.capacity, cfg.head_dim,
+                              device=self.device, dtype=dtype)
+        self.length = 0  # cached positions (host int: no device sync to read it)
+        self.parameters = sum(int(t.numel()) for t in weights.values())
+
+    # -- cache --------------------------------------------------------------------------------------
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` cached positions (0 <= n <= length); later ones are overwritten."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot keep {n} of {self.length} cached positions")
+        self.length = n
+
+    # -- forward ------------------------------------------------------------------------------------
+
+    def _mask(self, start: int, n: int) -> torch.Tensor | None:
+        """Bool ``[n, start + n]`` (True: attend) for queries at positions ``start ...`` over keys
+        ``0 ... start + n - 1``; None when plain full attention is right (one query, no window)."""
+        end = start + n
+        window = self.cfg.sliding_window
+        if n == 1 and not (window and end > window):
+            return None
+        q = torch.arange(start, end, device=self.device)[:, None]
+        k = torch.arange(end, device=self.device)[None, :]
+        mask = k <= q
+        if window:
+            mask &= q - k < window
+        return mask
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
+        """Run ``ids`` (long ``[n]`` on the device) at positions ``length ...``, cache their keys and
+        values, advance ``length`` by ``n``. Returns logits ``[vocab]`` for the last position when
+        ``last_only``, else ``[n, vocab]``. Raises ValueError past the cache capacity (tokens)."""
+        cfg = self.cfg
+        start, n = self.length, int(ids.shape[0])
+        end = start + n
+        if end > self.capacity:
+            raise ValueError(f"{end} positions do not fit the KV cache ({self.capacity} tokens, the model window)")
+        hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+        cos, sin = self.cos[start:end], self.sin[start:end]  # [n, head_dim]
+        mask = self._mask(start, n)
+        x = F.embedding(ids, self.embed)  # [n, hidden]
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
+            qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [n, (nh + 2 nkv) * hd]
+            q, k, v = qkv.view(n, nh + 2 * nkv, hd).transpose(0, 1).split((nh, nkv, nkv), dim=0)
+            q = q * cos + rotate_half(q) * sin  # [nh, n, hd]
+            k = k * cos + rotate_half(k) * sin  # [nkv, n, hd]
+            cache = self.kv[i]
+            cache[0, 0, :, start:end] = k
+            cache[1, 0, :, start:end] = v
+            keys, values = cache[0, :, :, :end], cache[1, :, :, :end]  # [1, nkv, end, hd]
+            att = F.scaled_dot_product_attention(q.unsqueeze(0), keys, values, attn_mask=mask,
+                                                 enable_gqa=nh != nkv)  # [1, nh, n, hd]
+            att = att[0].transpose(0, 1).reshape(n, nh * hd)
+            x = x + F.linear(att, layer.o, layer.o_bias)
+            h = rms_norm(x, layer.post_norm, cfg.rms_norm_eps)
+            gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        self.length = end
+        if last_only:
+            x = x[-1:]
+        logits = F.linear(rms_norm(x, self.norm, cfg.rms_norm_eps), self.lm_head)  # [n or 1, vocab]
+        return logits[0] if last_only else logits
+
+
+def expected_shapes(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape that ``cfg`` implies (the optional ``lm_head`` and biases included)."""
+    hid, hd, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, hid), "model.norm.weight": (hid,),
+              "lm_head.weight": (cfg.vocab_size, hid)}
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}."
+        a, m = p + "self_attn.", p + "mlp."
+        shapes.update({p + "input_layernorm.weight": (hid,), p + "post_attention_layernorm.weight": (hid,),
+                       a + "q_proj.weight": (q, hid), a + "k_proj.weight": (kv, hid), a + "v_proj.weight": (kv, hid),
+                       a + "o_proj.weight": (hid, q), a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,),
+                       a + "v_proj.bias": (kv,), a + "o_proj.bias": (hid,),
+                       m + "gate_proj.weight": (inter, hid), m + "up_proj.weight": (inter, hid),
+                       m + "down_proj.weight": (hid, inter), m + "gate_proj.bias": (inter,),
+                       m + "up_proj.bias": (inter,), m + "down_proj.bias": (hid,)})
+    return shapes
+
+
+def _check_shapes(cfg: DecoderConfig, weights: dict) -> None:
+    """Raise ValueError naming the first tensor whose shape disagrees with ``config.json``."""
+    for name, shape in expected_shapes(cfg).items():
+        t = weights.get(name)
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"tensor {name} has shape {tuple(t.shape)}, config.json implies {shape}")
+
+
+def read_config(path: Path) -> dict:
+    """``config.json`` of the checkpoint directory ``path`` as a dict."""
+    return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's ``*.safetensors`` files (shards included), on the CPU."""
+    from safetensors import safe_open
+
+    weights: dict[str, torch.Tensor] = {}
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                weights[name] = f.get_tensor(name)
+    return weights
+
+
+def load_decoder(path: Path, device, dtype, capacity: int = 0) -> LlamaDecoder:
+    """The own decoder for the checkpoint at ``path``. Raises :class:`UnsupportedArchitecture` when
+    its architecture is not one this decoder runs (the caller uses transformers), ValueError/KeyError
+    on weights that do not match ``config.json``."""
+    raw = read_config(path)
+    cfg = DecoderConfig.from_dict(raw)
+    return LlamaDecoder(cfg, raw, load_weights(path), device, dtype, capacity)

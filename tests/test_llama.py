@@ -1,0 +1,170 @@
+"""The own Llama-family decoder (engine/llama.py) against transformers: float32 logits within 1e-4 on
+the shipped model and on tiny random Llama, Qwen2 and Mistral checkpoints saved here, for prefill,
+step-by-step decode and the KV cache's prefix reuse and rollback (engine/decode.py ``KVCache``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.decode import KVCache
+from engine.llama import DecoderConfig, UnsupportedArchitecture, load_decoder
+from engine.model import load_model
+from engine.settings import DEFAULT_MODEL_DIR
+
+TOL = 1e-4
+CPU = torch.device("cpu")
+
+
+def reference(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@torch.inference_mode()
+def ref_logits(model, ids: list[int]) -> torch.Tensor:
+    """transformers' logits ``[len(ids), vocab]`` for the whole sequence, no cache."""
+    return model(input_ids=torch.tensor([ids])).logits[0]
+
+
+def tiny_checkpoint(path, kind: str):
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    common = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+    if kind == "llama":  # untied head, grouped-query attention, Llama 3.1 frequency bands
+        cfg = LlamaConfig(**common, tie_word_embeddings=False,
+                          rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 64})
+        model = LlamaForCausalLM(cfg)
+    elif kind == "llama-linear":  # biases everywhere, linear position scaling, explicit head_dim
+        cfg = LlamaConfig(**common, attention_bias=True, mlp_bias=True, head_dim=8,
+                          rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
+        model = LlamaForCausalLM(cfg)
+    elif kind == "qwen2":  # q/k/v bias, tied embeddings
+        model = Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=True))
+    else:  # mistral with a sliding window shorter than the sequences below
+        model = MistralForCausalLM(MistralConfig(**common, sliding_window=24))
+    torch.manual_seed(0)
+    with torch.no_grad():  # random biases (transformers initialises them to zero, which would test nothing)
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(path, safe_serialization=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return reference(DEFAULT_MODEL_DIR), load_decoder(DEFAULT_MODEL_DIR, CPU, torch.float32)
+
+
+def random_ids(n: int, vocab: int, seed: int = 1) -> list[int]:
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def check_prefill_and_decode(ref, own, n_prefill: int, n_decode: int):
+    ids = random_ids(n_prefill + n_decode, own.cfg.vocab_size)
+    want = ref_logits(ref, ids)
+    own.truncate(0)
+    got = own.forward(torch.tensor(ids[:n_prefill]), last_only=False)
+    assert got.shape == (n_prefill, own.cfg.vocab_size)
+    assert (got - want[:n_prefill]).abs().max().item() < TOL
+    for i in range(n_prefill, n_prefill + n_decode):
+        step = own.forward(torch.tensor(ids[i:i + 1]))
+        assert (step - want[i]).abs().max().item() < TOL, f"decode step at position {i}"
+    assert own.length == n_prefill + n_decode
+
+
+def test_shipped_model_prefill_and_decode_equal_transformers(shipped):
+    ref, own = shipped
+    assert own.cfg.model_type == "llama" and own.cfg.tie_word_embeddings
+    check_prefill_and_decode(ref, own, 300, 12)
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama-linear", "qwen2", "mistral"])
+def test_tiny_random_checkpoints_equal_transformers(tmp_path, kind):
+    path = tiny_checkpoint(tmp_path / kind, kind)
+    ref, own = reference(path), load_decoder(path, CPU, torch.float32)
+    check_prefill_and_decode(ref, own, 40, 8)  # past mistral's window of 24 in both phases
+
+
+def test_tiny_llama3_positions_past_the_original_window(tmp_path):
+    path = tiny_checkpoint(tmp_path / "llama", "llama")
+    ref, own = reference(path), load_decoder(path, CPU, torch.float32)
+    check_prefill_and_decode(ref, own, 150, 3)  # 150 > original_max_position_embeddings (64)
+
+
+def test_kv_cache_prefix_reuse_and_rollback_equal_a_fresh_run(shipped):
+    ref, own = shipped
+    kv = KVCache(own, CPU)
+    a = random_ids(200, 8192, seed=2)
+    b = a[:150] + random_ids(40, 8192, seed=3)  # shares 150 tokens with a
+    logits, reused = kv.prefill(a)
+    assert reused == 0 and (logits - ref_logits(ref, a)[-1]).abs().max().item() < TOL
+    logits, reused = kv.prefill(b)  # rolls back to the shared prefix, runs only the new tokens
+    assert reused == 150 and own.length == len(b) and kv.ids == b
+    assert (logits - ref_logits(ref, b)[-1]).abs().max().item() < TOL
+    step = kv.decode_one_token(7)
+    assert (step - ref_logits(ref, b + [7])[-1]).abs().max().item() < TOL
+    kv.drop_last(1)  # a rolled-back decode step
+    assert own.length == len(b)
+    step = kv.decode_one_token(9)
+    assert (step - ref_logits(ref, b + [9])[-1]).abs().max().item() < TOL
+    logits, reused = kv.prefill(b + [9])  # everything cached: the last token runs again for its logits
+    assert reused == len(b) and (logits - step).abs().max().item() < TOL
+    logits, reused = kv.prefill(random_ids(30, 8192, seed=4))  # nothing shared: starts over
+    assert reused == 0 and own.length == 30
+
+
+def test_kv_cache_chunked_prefill_stops_between_chunks(shipped):
+    import threading
+
+    _, own = shipped
+    kv = KVCache(own, CPU)
+    stop = threading.Event()
+    stop.set()
+    logits, reused = kv.prefill(random_ids(300, 8192), chunk=128, stop=stop)
+    assert logits is None and kv.ids == [] and own.length == 0
+
+
+def test_past_the_window_is_refused_and_the_cache_starts_over(shipped):
+    _, own = shipped
+    kv = KVCache(own, CPU)
+    with pytest.raises(ValueError, match="do not fit the KV cache"):
+        kv.prefill(random_ids(own.capacity + 1, 8192))
+    assert kv.ids == [] and own.length == 0
+
+
+def test_load_model_uses_the_own_decoder_unless_told_otherwise():
+    lm = load_model(DEFAULT_MODEL_DIR, "cpu")
+    assert type(lm.model).__name__ == "LlamaDecoder" and lm.max_positions == 1024
+    lm = load_model(DEFAULT_MODEL_DIR, "cpu", decoder="transformers")
+    assert type(lm.model).__name__ == "LlamaForCausalLM"
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"model_type": "gpt2"}, "model_type"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}}, "rope_type"),
+])
+def test_other_architectures_are_left_to_transformers(change, reason):
+    import json
+
+    raw = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text()) | change
+    with pytest.raises(UnsupportedArchitecture, match=reason):
+        DecoderConfig.from_dict(raw)
+
+
+def test_weights_that_disagree_with_the_config_are_named(tmp_path):
+    import json
+    import shutil
+
+    path = tmp_path / "m"
+    shutil.copytree(DEFAULT_MODEL_DIR, path)
+    raw = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(raw | {"intermediate_size": 512}))
+    with pytest.raises(ValueError, match="gate_proj.weight has shape"):
+        load_decoder(path, CPU, torch.float32)
