@@ -7,8 +7,23 @@ layer converts from/to the negotiated position encoding (``lsp_server/convert.py
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+
+
+@dataclass
+class ProjectContext:
+    """Texts around the document, for the project-context cache (:mod:`engine.context`).
+
+    ``documents``: the other open documents, ``workspace``: a bounded slice of the workspace's files
+    (:func:`engine.context.workspace.collect`); both map a key (an absolute path, or a URI for an
+    unsaved buffer) to the full text. The document being completed may be among them: it is left
+    out by the request's ``path``. The engine tokenizes a text only when it changed since the last
+    request (compared as strings), so one long-lived object updated in place costs nothing per request.
+    """
+
+    documents: dict[str, str] = field(default_factory=dict)
+    workspace: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -32,6 +47,7 @@ class CompletionRequest:
     path: str | None = None  # the document's file path (static resolution, pyproject.toml policy); None: unsaved
     cancel: threading.Event | None = None  # set() stops decoding at the next token
     on_token: Callable[[str], None] | None = None  # streaming: called with each new text piece
+    project: ProjectContext | None = None  # other documents' texts (the cache model's outer scopes); None: none
 
 
 @dataclass

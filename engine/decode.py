@@ -15,6 +15,30 @@ def mask_logits(logits: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(blocked, float("-inf"))
 
 
+def mix_cache(logits: torch.Tensor, ids: list[int], probs: list[float], weight: float) -> torch.Tensor:
+    """``[vocab]`` logits interpolated with a sparse cache distribution, in logit space.
+
+    The mixture ``(1 - weight) * softmax(logits) + weight * p_cache`` where ``p_cache`` is ``probs``
+    on the token ``ids`` (a few candidates, :class:`engine.context.Prediction`) and 0 elsewhere.
+    Up to a constant every other logit keeps its value, so only the candidates change:
+    ``logit_c + log1p(weight / (1 - weight) * p_cache(c) / p_model(c))``. One logsumexp over the
+    vocabulary and a gather/scatter of ``len(ids)`` values; returns a new tensor (``logits`` is
+    kept, e.g. for backtracking). ``weight`` in [0, 1); 0 or no ids: ``logits`` itself.
+    """
+    if not ids or weight <= 0.0:
+        return logits
+    weight = min(weight, 0.999)
+    index = torch.tensor(ids, dtype=torch.long, device=logits.device)  # [k]
+    p_cache = torch.tensor(probs, dtype=torch.float32, device=logits.device)  # [k]
+    lse = torch.logsumexp(logits.float(), -1)
+    picked = logits[index].float()  # [k]
+    p_model = torch.exp(picked - lse)
+    boost = torch.log1p(weight / (1.0 - weight) * p_cache / p_model.clamp_min(1e-30))
+    out = logits.clone()
+    out[index] = (picked + boost).to(logits.dtype)
+    return out
+
+
 def logits_to_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """``[vocab]`` logits -> ``[vocab]`` probabilities after temperature and nucleus (top-p) filtering."""
     logits = logits.float() / max(temperature, 1e-5)

@@ -1,0 +1,102 @@
+"""The engine's project-context cache: scope texts -> token ids -> :class:`NestedCache` counts.
+
+Scopes, innermost first: ``document`` (the current document's prefix and suffix ids, exactly the
+ids the FIM prompt builder tokenized), ``open`` (the other open documents) and ``workspace`` (a
+bounded slice of the workspace's files, :mod:`engine.context.workspace`). Texts are tokenized only
+when they changed since the last sync (a string compared with the one tokenized before), and the
+counts of a changed document are updated incrementally (:meth:`NgramCounts.set`), so a keystroke in
+the current document costs a few hundred dictionary updates and nothing is re-tokenized for the
+other scopes. Thread-safe: a background sync (the server's, after a workspace scan) and a request
+share one lock, released between files.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from ..api import ProjectContext
+from ..text import normalize_eol
+from .ngram import EMPTY, MIN_CONTEXT, ORDER, NestedCache, Prediction
+
+SCOPES = ("document", "open", "workspace")
+BATCH = 16  # texts tokenized per call (and per hold of the lock)
+
+
+def document_key(path: str | None) -> str | None:
+    """How a document is named across scopes: its absolute path (None for an unsaved buffer)."""
+    return os.path.abspath(path) if path else None
+
+
+class ContextCache:
+    """Nested n-gram cache over the current document, the other open documents and the workspace.
+
+    ``encode_batch(texts) -> list[list[int]]`` tokenizes (the model's tokenizer, no special tokens);
+    ``vocab_size`` is the base of Witten-Bell's uniform distribution.
+    """
+
+    def __init__(self, encode_batch: Callable[[list[str]], list[list[int]]], vocab_size: int,
+                 order: int = ORDER, min_context: int = MIN_CONTEXT):
+        self.encode_batch = encode_batch
+        self.nested = NestedCache(SCOPES, order=order, vocab_size=vocab_size, min_context=min_context)
+        self._texts: dict[str, dict[str, str]] = {"open": {}, "workspace": {}}  # scope -> key -> text counted
+        self._lock = threading.Lock()
+
+    def set_document(self, prefix_ids, suffix_ids) -> None:
+        """The current document's scope: its prefix and suffix ids (two sequences: no n-gram spans
+        the cursor). Incremental: typing only recounts the n-grams around the change."""
+        with self._lock:
+            doc = self.nested["document"]
+            doc.set("prefix", prefix_ids)
+            doc.set("suffix", suffix_ids)
+
+    def sync(self, project: ProjectContext | None, exclude: str | None = None,
+             stop: threading.Event | None = None) -> int:
+        """Make the ``open`` and ``workspace`` scopes count ``project``'s texts (all but the document
+        named ``exclude``, see :func:`document_key`); None empties them. ``stop`` set ends early
+        (between batches). Returns how many texts were (re)tokenized."""
+        wanted = {"open": dict(project.documents) if project is not None else {},
+                  "workspace": dict(project.workspace) if project is not None else {}}
+        skip = {exclude} if exclude else set()
+        if exclude:
+            skip.add(document_key(exclude))
+        done = 0
+        for scope, texts in wanted.items():
+            counted = self._texts[scope]
+            texts = {k: v for k, v in texts.items() if k not in skip and document_key(k) not in skip}
+            with self._lock:
+                for key in [k for k in counted if k not in texts]:
+                    self.nested[scope].remove(key)
+                    del counted[key]
+            changed = [k for k, v in texts.items() if counted.get(k) is not v and counted.get(k) != v]
+            for i in range(0, len(changed), BATCH):
+                if stop is not None and stop.is_set():
+                    return done
+                keys = changed[i:i + BATCH]
+                ids = self.encode_batch([normalize_eol(texts[k]) for k in keys])
+                with self._lock:
+                    for key, seq in zip(keys, ids):
+                        self.nested[scope].set(key, seq)
+                        counted[key] = texts[key]
+                done += len(keys)
+        return done
+
+    def predict(self, history) -> Prediction:
+        """:meth:`NestedCache.predict` under the lock (EMPTY while a sync holds it: no waiting in a
+        decode step)."""
+        if not self._lock.acquire(blocking=False):
+            return EMPTY
+        try:
+            return self.nested.predict(history)
+        finally:
+            self._lock.release()
+
+    def draft(self, history, k: int) -> list[int]:
+        """:meth:`NestedCache.draft`: up to ``k`` ids continuing ``history`` (speculative decoding)."""
+        with self._lock:
+            return self.nested.draft(history, k)
+
+    def sizes(self) -> dict[str, int]:
+        """Token ids counted per scope."""
+        return {name: len(counts) for name, counts in self.nested.scopes.items()}

@@ -1,0 +1,209 @@
+"""The project-context cache (engine/context): counts, Witten-Bell backoff, nesting, drafts, the
+logit mixture, scope syncing and the workspace slice, on tiny id sequences with exact values."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from fractions import Fraction as F
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.api import ProjectContext
+from engine.context import ContextCache, NestedCache, NgramCounts, workspace
+from engine.decode import mix_cache
+
+
+def test_counts_of_every_order():
+    c = NgramCounts(order=3)
+    c.set("a", [1, 2, 3, 1, 2, 4])
+    assert c.next[()] == {1: 2, 2: 2, 3: 1, 4: 1} and c.total[()] == 6
+    assert c.next[(1,)] == {2: 2} and c.next[(2,)] == {3: 1, 4: 1} and c.next[(3,)] == {1: 1}
+    assert c.next[(1, 2)] == {3: 1, 4: 1} and c.next[(2, 3)] == {1: 1} and c.next[(3, 1)] == {2: 1}
+    assert len(c.next) == 7 and c.total[(1, 2)] == 2
+    assert c.longest_context([9, 1, 2]) == (1, 2) and c.longest_context([9, 9]) == ()
+    assert c.confidence((1, 2)) == 0.5 and c.confidence((7,)) == 0.0
+    assert c.top((2,), 5) == [3, 4]
+
+
+def test_witten_bell_backoff_exact():
+    c = NgramCounts(order=3)
+    c.set("a", [1, 2, 3, 1, 2, 4])
+    v = 10
+    p0 = (F(1) + 4 * F(1, v)) / (6 + 4)  # () : c=6, T=4
+    p1 = (1 + 2 * p0) / (2 + 2)  # (2,) : c=2, T=2
+    p2 = (1 + 2 * p1) / (2 + 2)  # (1, 2)
+    assert c.prob(3, [1, 2], v) == pytest.approx(float(p2))  # 0.41
+    assert c.prob(3, [1, 2], v) == pytest.approx(0.41)
+    # an unseen context passes the lower order through; an unseen token only gets backoff mass
+    assert c.prob(3, [9, 2], v) == pytest.approx(float(p1))
+    assert c.prob(7, [1, 2], v) == pytest.approx(float((0 + 2 * ((0 + 2 * (4 * F(1, v) / 10)) / 4)) / 4))
+    # probabilities over the vocabulary sum to 1
+    assert sum(c.prob(w, [1, 2], v) for w in range(v)) == pytest.approx(1.0)
+    assert NgramCounts(3).prob(5, [1], v) == pytest.approx(0.1)  # nothing counted: uniform
+
+
+def test_sequences_do_not_join():
+    c = NgramCounts(order=2)
+    c.set("prefix", [1, 2])
+    c.set("suffix", [3, 4])
+    assert (2,) not in c.next  # nothing learnt across the cursor
+    assert c.next[(1,)] == {2: 1} and c.next[(3,)] == {4: 1}
+
+
+def _fresh(seqs, order):
+    c = NgramCounts(order)
+    for k, s in seqs.items():
+        c.set(k, s)
+    return c
+
+
+def test_incremental_updates_equal_a_recount():
+    rng = random.Random(0)
+    c = NgramCounts(order=4)
+    seqs = {}
+    for _ in range(300):
+        key = rng.choice("abc")
+        old = list(seqs.get(key, []))
+        op = rng.random()
+        if op < 0.5:  # typing: insert a few ids somewhere
+            at = rng.randint(0, len(old))
+            new = old[:at] + [rng.randint(0, 5) for _ in range(rng.randint(1, 3))] + old[at:]
+        elif op < 0.8 and old:  # deleting a span
+            a = rng.randint(0, len(old) - 1)
+            new = old[:a] + old[a + rng.randint(1, 4):]
+        elif op < 0.95:
+            new = [rng.randint(0, 5) for _ in range(rng.randint(0, 12))]
+        else:
+            new = []
+        c.set(key, new)
+        if new:
+            seqs[key] = new
+        else:
+            seqs.pop(key, None)
+        ref = _fresh(seqs, 4)
+        assert c.next == ref.next and c.total == ref.total
+    assert c.set("a", seqs.get("a", [])) == 0  # unchanged: nothing recounted
+
+
+def test_typing_recounts_only_the_change():
+    c = NgramCounts(order=6)
+    doc = list(range(100))
+    c.set("d", doc)
+    assert c.set("d", doc + [7]) == 1
+    assert c.set("d", doc[:50] + [7, 8] + doc[50:] + [7]) == 2
+
+
+def test_nested_prediction_mixes_innermost_first():
+    v = 10
+    cache = NestedCache(("document", "workspace"), order=3, vocab_size=v, min_context=2)
+    cache["document"].set("p", [7, 8, 9])
+    cache["workspace"].set("f", [7, 8, 5, 7, 8, 5])
+    pred = cache.predict([1, 7, 8])
+    l_in, l_out = F(1, 2), F(2, 3)  # c/(c+T): (7,8) seen once with 1 follower; twice with 1
+    w_in, w_out = l_in, (1 - l_in) * l_out
+
+    def wb(total0, t0, c0, steps):
+        p = (c0 + t0 * F(1, v)) / (total0 + t0)
+        for cnt, tot, t in steps:
+            p = (cnt + t * p) / (tot + t)
+        return p
+
+    p_in_9 = wb(3, 3, 1, [(1, 1, 1), (1, 1, 1)])
+    p_in_5 = wb(3, 3, 0, [(0, 1, 1), (0, 1, 1)])
+    p_out_5 = wb(6, 3, 2, [(2, 2, 1), (2, 2, 1)])
+    p_out_9 = wb(6, 3, 0, [(0, 2, 1), (0, 2, 1)])
+    mix_9 = (w_in * p_in_9 + w_out * p_out_9) / (w_in + w_out)
+    mix_5 = (w_in * p_in_5 + w_out * p_out_5) / (w_in + w_out)
+    assert pred.ids == [9, 5]
+    assert pred.probs == pytest.approx([float(mix_9), float(mix_5)])
+    assert pred.confidence == pytest.approx(float(1 - (1 - l_in) * (1 - l_out)))  # 5/6
+    assert pred.context == 2
+    # too little context (one token) or none: no opinion
+    assert cache.predict([8]).ids == [] and cache.predict([3, 4]).confidence == 0.0
+
+
+def test_drafts_continue_the_longest_match():
+    cache = NestedCache(("document", "workspace"), order=4, vocab_size=50, min_context=2)
+    cache["document"].set("p", [1, 2, 3, 4, 5])
+    assert cache.draft([9, 1, 2], 2) == [3, 4]  # order 4 reads 3 ids: (9,1,2) unseen, (1,2) -> 3, then (1,2,3) -> 4
+    assert cache.draft([1, 2], 10) == [3, 4, 5]  # stops where the match ends
+    assert cache.draft([2], 3) == []  # one id of context is not enough
+    cache["workspace"].set("f", [1, 2, 9])
+    assert cache.draft([1, 2], 1) == [3]  # same length: the innermost scope wins
+    cache["workspace"].set("g", [0, 1, 2, 8, 8])
+    assert cache.draft([0, 1, 2], 2) == [8, 8]  # a longer match in an outer scope wins
+
+
+def test_mix_cache_is_the_probability_mixture():
+    torch.manual_seed(0)
+    logits = torch.randn(50)
+    ids, probs, w = [3, 17], [0.6, 0.3], 0.4
+    out = mix_cache(logits, ids, probs, w)
+    p_model = torch.softmax(logits, -1)
+    p_cache = torch.zeros(50)
+    p_cache[ids] = torch.tensor(probs)
+    q = (1 - w) * p_model + w * p_cache
+    assert torch.allclose(torch.softmax(out, -1), q / q.sum(), atol=1e-6)
+    changed = (out != logits).nonzero().flatten().tolist()
+    assert changed == ids  # only the candidates move
+    assert mix_cache(logits, [], [], w) is logits and mix_cache(logits, ids, probs, 0.0) is logits
+
+
+def _encoder(calls):
+    def encode_batch(texts):
+        calls.extend(texts)
+        return [[ord(ch) for ch in t] for t in texts]
+    return encode_batch
+
+
+def test_sync_tokenizes_only_changed_texts_and_excludes_the_document(tmp_path):
+    calls: list[str] = []
+    cache = ContextCache(_encoder(calls), vocab_size=256, order=3)
+    me = str(tmp_path / "me.py")
+    project = ProjectContext(documents={me: "mine", "untitled:1": "abcd"}, workspace={str(tmp_path / "w.py"): "wxyz"})
+    assert cache.sync(project, exclude=me) == 2
+    assert sorted(calls) == ["abcd", "wxyz"]
+    assert cache.sizes() == {"document": 0, "open": 4, "workspace": 4}
+    assert cache.sync(project, exclude=me) == 0  # nothing changed: nothing tokenized
+    project.documents["untitled:1"] = "abcde"
+    del project.workspace[str(tmp_path / "w.py")]
+    assert cache.sync(project, exclude=me) == 1 and calls[-1] == "abcde"
+    assert cache.sizes() == {"document": 0, "open": 5, "workspace": 0}
+    cache.set_document([ord("a"), ord("b")], [])
+    assert cache.draft([ord("a"), ord("b")], 3) == [ord("c"), ord("d"), ord("e")]
+    assert cache.sync(None) == 0 and cache.sizes() == {"document": 2, "open": 0, "workspace": 0}
+
+
+def _tree(root):
+    (root / "pkg").mkdir()
+    (root / "pkg" / "a.py").write_text("A = 1\n")
+    (root / "pkg" / "b.py").write_text("B = 2\n")
+    (root / "other").mkdir()
+    (root / "other" / "c.py").write_text("C = 3\n")
+    (root / "gen").mkdir()
+    (root / "gen" / "big.py").write_text("X = 0\n")
+    (root / "latin.py").write_bytes("# -*- coding: latin-1 -*-\nNAME = 'caf\xe9'\n".encode("latin-1"))
+    (root / ".gitignore").write_text("gen/\n")
+    (root / "__pycache__").mkdir()
+    (root / "__pycache__" / "x.py").write_text("junk\n")
+
+
+@pytest.mark.parametrize("git", [False, True])
+def test_workspace_slice_respects_gitignore_and_bounds(tmp_path, git):
+    if git:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    _tree(tmp_path)
+    if git:
+        (tmp_path / "__pycache__" / "x.py").unlink()  # git has its own ignore rules; keep the tree comparable
+    got = workspace.collect(tmp_path)
+    names = sorted(str(Path(p).relative_to(tmp_path)) for p in got)
+    assert names == ["latin.py", "other/c.py", "pkg/a.py", "pkg/b.py"]
+    assert got[str(tmp_path / "latin.py")].endswith("NAME = 'café'\n")  # PEP 263 decoding
+    near = workspace.collect(tmp_path, near=tmp_path / "pkg" / "new.py", max_files=2)
+    assert sorted(near) == [str(tmp_path / "pkg" / "a.py"), str(tmp_path / "pkg" / "b.py")]  # same folder first
+    assert len(workspace.collect(tmp_path, max_bytes=7)) == 1  # the byte budget
+    assert str(tmp_path / "pkg" / "a.py") not in workspace.collect(tmp_path, exclude=[tmp_path / "pkg" / "a.py"])
+    assert workspace.collect(tmp_path / "missing") == {}
