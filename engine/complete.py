@@ -183,6 +183,7 @@ class Engine:
         self._starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in vocab.tokens], dtype=bool)
         self._not_stop = ~np.isin(np.arange(vocab.size), list(set(vocab.eos_ids) | set(builder.stop_ids)))
         self._logit_size = int(getattr(lm.model.config, "vocab_size", vocab.size) or vocab.size)
+        self._undecodable = self._to_device(self._fit_logits(self._undecodable_ids(vocab, builder.stop_ids)))
         self._partial_ids = [i for i, t in enumerate(vocab.tokens) if t and _ends_mid_character(t)]
         self._no_control = np.array(
             [not (t and any(b < 0x20 and b not in (0x09, 0x0A, 0x0D) for b in t)) for t in vocab.tokens])
@@ -467,8 +468,8 @@ class Engine:
                                                         torch.isfinite(logits).any().double(),
                                                         mass.double()]).tolist()
                     tok, top, best = int(tok), int(top), bool(best)
-            else:
-                tok = int(sample(logits, temperature, top_p, generator))
+            else:  # unconstrained: still never an id the tokenizer cannot decode
+                tok = int(sample(mask_logits(logits, self._undecodable), temperature, top_p, generator))
             if guide is not None:
                 if best and mass < s.constraints.fuse_threshold and tok != top:
                     # fuse: the model wants what the constraint forbids; do not force nonsense
@@ -877,16 +878,30 @@ class Engine:
                 allowed = allowed & ~self._has_nl
             blocked = ~allowed
             count = int(allowed.sum())
-            extra = self._logit_size - len(blocked)
-            if extra > 0:  # ids the model has but the tokenizer does not: never allowed
-                blocked = np.concatenate([blocked, np.ones(extra, dtype=bool)])
-            blocked = (self._to_device(blocked), count)
+            blocked = (self._to_device(self._fit_logits(blocked)), count)
             self._device_masks[key] = blocked
             if len(self._device_masks) > 4096:
                 self._device_masks.popitem(last=False)
         else:
             self._device_masks.move_to_end(key)
         return blocked
+
+    @staticmethod
+    def _undecodable_ids(vocab, stop_ids) -> np.ndarray:
+        """bool ``[vocab.size]``: the ids that are no text and no stop token (special and added
+        tokens the template does not stop on); never sampled, in any mode."""
+        undecodable = np.array([t is None for t in vocab.tokens], dtype=bool)
+        undecodable[[i for i in set(stop_ids) | set(vocab.eos_ids) if i < vocab.size]] = False
+        return undecodable
+
+    def _fit_logits(self, blocked: np.ndarray) -> np.ndarray:
+        """A bool mask over the tokenizer's ids ``[vocab.size]`` -> over the model's logits
+        ``[logit_size]``: rows the model has beyond the tokenizer (padding rows, as in Qwen2.5's
+        151,936 logits for 151,665 ids) are blocked; ids beyond the logits are dropped."""
+        extra = self._logit_size - len(blocked)
+        if extra > 0:
+            return np.concatenate([blocked, np.ones(extra, dtype=bool)])
+        return blocked[: self._logit_size]
 
     def _to_device(self, array: np.ndarray):
         import torch

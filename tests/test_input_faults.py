@@ -1,6 +1,6 @@
 """Faults from real reports (issue 16): input that is not what the happy path expects.
 
-R8 (source encodings, PEP 263), R10 (CPython's error position), through the real ``fsm-complete``
+R8 (source encodings, PEP 263), R9 (ids the tokenizer cannot decode), R10 (CPython's error position), through the real ``fsm-complete``
 command and the real embedded model; the buffers of the cases are copies of those in
 ``shared/cases/real-reports/`` (cursor positions from its table).
 """
@@ -14,7 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from engine.api import CompletionRequest
+from engine.complete import Engine
+from engine.fim import TEMPLATES
+from engine.settings import Settings
 from engine.text import decode_source, read_source
 
 CLI = [sys.executable, "-m", "lsp_server.cli"]
@@ -106,3 +111,66 @@ def test_r10_cli_result_keeps_the_call_valid(tmp_path):
     assert proc.returncode == 0, proc.stderr
     item = json.loads(proc.stdout)
     ast.parse(applied(path.read_text(), 1, 12, item))
+
+
+# -- R9: ids the tokenizer cannot decode are never sampled ---------------------------------------------
+
+QWEN_EXTRA = ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>"]  # added special ids the template does not stop on
+
+
+def qwen_shaped_checkpoint(path: Path, padding: int = 512) -> Path:
+    """A tiny random Qwen2 whose embedding has ``padding`` rows beyond its tokenizer (as Qwen2.5-Coder:
+    151,936 logits, 151,665 ids), with added tokens besides the FIM ones: special, and one plain."""
+    from test_model_loading import make_tokenizer
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tpl = TEMPLATES["qwen"]
+    tok = make_tokenizer([tpl.prefix_token, tpl.suffix_token, tpl.middle_token, *tpl.stop_tokens, *QWEN_EXTRA],
+                         tpl.stop_tokens[0])
+    tok.add_tokens(["<|plain_added|>"])  # an added token that is not special
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok) + padding, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                         max_position_embeddings=512, eos_token_id=tok.eos_token_id))
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def qwen_shaped(tmp_path_factory) -> Path:
+    return qwen_shaped_checkpoint(tmp_path_factory.mktemp("r9") / "qwen-shaped")
+
+
+def test_r9_cli_unconstrained_sampling_never_picks_a_padding_id(qwen_shaped, tmp_path):
+    src = tmp_path / "a.py"
+    src.write_text("import os\n\nos.pa\n")
+    for seed in (1, 2, 3):  # the case: before the fix most seeds ended in IndexError
+        proc = complete(src, 3, 6, "--model", str(qwen_shaped), "--no-constraints", "--temperature", "1",
+                        "--seed", str(seed), "--max-tokens", "12")
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        item = json.loads(proc.stdout)
+        assert item["tokens"] >= 1
+
+
+@pytest.mark.parametrize("constraints", [False, True])
+def test_r9_sampled_ids_are_always_text_or_a_stop(qwen_shaped, constraints):
+    from transformers import AutoTokenizer
+
+    settings = Settings()
+    settings.model.path = str(qwen_shaped)
+    engine = Engine(settings)
+    engine.load()
+    tok = AutoTokenizer.from_pretrained(qwen_shaped)
+    tpl = TEMPLATES["qwen"]
+    control = {tok.convert_tokens_to_ids(t)
+               for t in [*QWEN_EXTRA, "<|plain_added|>", tpl.prefix_token, tpl.suffix_token, tpl.middle_token]}
+    seen = 0
+    for seed in range(1, 9):  # siblings: padding rows, added special ids, a plain added id; temperature 1
+        result = engine.complete(CompletionRequest(prefix="x = ", suffix="\n", constraints=constraints, max_tokens=16,
+                                                   temperature=1.0, seed=seed))
+        ids = [step["id"] for step in result.trace if "id" in step]
+        seen += len(ids)
+        assert all(i < len(tok) for i in ids)  # no padding row
+        assert not control & set(ids)  # no control id as text
+    assert seen >= 8
