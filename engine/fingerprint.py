@@ -7,18 +7,15 @@ best-effort answer), and explains itself (:attr:`Fingerprint.reasons`, :meth:`Fi
 
 How the features are computed
 -----------------------------
-* **Cursor-local features** (1-10, 15, 16 and the ``def test_*`` part of 14) come from a lexical
-  scan of the *prefix* (the text before the cursor): strings (all prefixes, triple quotes,
-  escapes), f-string replacement fields (PEP 701 nesting, format specs), comments, brackets,
-  backslash continuations and ``;``. Scanning the prefix only is what makes this robust while the
+* **Cursor-local features** (1-10, 15, 16 and the ``def test_*`` part of 14) come from the tolerant
+  scan of the *prefix* (the text before the cursor, :mod:`engine.lexing.scanner`): strings (all
+  prefixes, triple quotes, escapes), f-string replacement fields (PEP 701 nesting, format specs),
+  comments, brackets, backslash continuations and ``;``. Scanning the prefix only is what makes this robust while the
   user types: an unclosed ``requests.get("x", `` is simply an open call bracket, whatever the
   suffix holds. Scopes (class body, enclosing ``def``)
   come from the indentation of the logical lines before the cursor (Language Reference 2.1.8),
   which survives syntax errors that make a parser's tree unreliable at the cursor.
-  Error recovery, so that one broken line does not poison the rest of the file: a newline ends a
-  single-quoted string or f-string (also an f-string whose replacement field is open), and a line
-  inside open brackets that starts with a keyword that can only begin a statement (``def``,
-  ``class``, ``return``, ``import``, ...) closes those brackets.
+  The scanner's error recovery keeps one broken line from poisoning the rest of the file.
 * **Document features** (11-13 and the import part of 14) come from tree-sitter-python's parse of
   the whole document (prefix + suffix): import statements (any form: ``import requests as rq``,
   ``from httpx import Client``, imports inside functions) and calls of the builtin ``open``. Imports
@@ -27,8 +24,7 @@ How the features are computed
   incremental parsing: ``Tree.edit`` + ``Parser.parse(data, old_tree)``), so a keystroke costs a
   partial reparse.
 
-Compile once, run cheap: the lexical scan leaves checkpoints (every 2,048 code points, outside
-brackets and strings) that later scans of a text with the same beginning resume from, and the
+Compile once, run cheap: the scanner resumes from checkpoints of earlier scans, and the
 tree-sitter tree is reparsed incrementally. Measured on a 1,000-line file (35,563 code points) on a
 shared 2-core machine: about 0.2-0.6 ms per keystroke, 6-14 ms the first time a document is seen
 (4-10 ms of it tree-sitter's full parse). Offsets are 0-based code points; nothing here counts
@@ -78,7 +74,6 @@ rule 6. The end of a string is the lexer's business (the FSM), not the policy's.
 
 from __future__ import annotations
 
-import bisect
 import json
 import random
 import re
@@ -92,6 +87,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .lexing.calls import call_frames, paren_kind
+from .lexing.scanner import WS as _WS
+from .lexing.scanner import Scan, scan
 from .text import common_prefix, common_suffix, read_source
 
 FEATURES: tuple[str, ...] = (
@@ -238,289 +236,6 @@ def select_mode(vector) -> tuple[str, ModePolicy, tuple[str, ...]]:
 
 
 # ------------------------------------------------------------------------------------------------
-# lexical scan of the prefix
-
-_CODE0 = re.compile(r"""[#'"()\[\]{};\\]""")  # code outside brackets
-_CODEN = re.compile(r"""[#'"()\[\]{}\n\\]""")  # code inside brackets (newline: error recovery)
-_FIELD = re.compile(r"""[#'"()\[\]{}\n\\:]""")  # code of an f-string replacement field
-_QUOTES = ("'", '"', "'''", '"""')
-# f-string literal text: escapes, fields, the quote character, a newline (single quotes end there)
-_FLIT = {q: re.compile("[\\\\{}" + q[0] + ("\n]" if len(q) == 1 else "]")) for q in _QUOTES}
-# format spec: nested fields, the end of the field, the quote character, a newline
-_FSPEC = {q: re.compile("[{}" + q[0] + ("\n]" if len(q) == 1 else "]")) for q in _QUOTES}
-# string bodies up to (not including) the closing quote, a newline (single quotes) or the end
-_BODY = {
-    "'": re.compile(r"[^'\\\n]*(?:\\[\s\S][^'\\\n]*)*"),
-    '"': re.compile(r'[^"\\\n]*(?:\\[\s\S][^"\\\n]*)*'),
-    "'''": re.compile(r"[^'\\]*(?:(?:\\[\s\S]|'(?!''))[^'\\]*)*"),
-    '"""': re.compile(r'[^"\\]*(?:(?:\\[\s\S]|"(?!""))[^"\\]*)*'),
-}
-_PREFIX_CHARS = frozenset("rRbBuUfFtT")
-_OPENER = {")": "(", "]": "[", "}": "{"}
-# keywords that only begin a statement: a line starting with one cannot continue an open bracket
-_STATEMENT_ONLY = re.compile(
-    r"(?:def|class|return|import|with|while|try|except|raise|pass|del|global|nonlocal|assert|break|"
-    r"continue|elif|finally)\b")
-_KEYWORD_LOOKAHEAD = 9  # code points _STATEMENT_ONLY may read ("continue" + the boundary)
-_WS = re.compile(r"[ \t\f]*")
-
-
-class _Lex:
-    """The lexical state at the end of a scanned prefix. Offsets are 0-based code points."""
-
-    __slots__ = ("_ends", "_starts", "close0", "context", "semi", "stack", "string_prefix", "string_start", "text")
-
-    def __init__(self, text: str):
-        self.text = text
-        # entries: ("(", pos) ("[", pos) ("{", pos) code brackets; ("F", pos, quote, raw) f-string literal
-        # text; ("R", pos) replacement field code; ("S", pos) format spec
-        self.stack: list[tuple] = []
-        self.context = "code"  # innermost context at the end: code | string | field | comment
-        self.string_start = -1  # where the string at the cursor starts (its prefix included)
-        self.string_prefix = ""  # lower-cased string prefix ("", "r", "f", "rb", ...)
-        self.semi = -1  # last ';' outside brackets
-        self.close0 = -1  # last closing bracket that emptied the bracket stack
-        self._starts: list[int] = []  # spans (start, end] holding no logical line start
-        self._ends: list[int] = []
-
-    def logical_start(self, p: int) -> int:
-        """Start of the logical line holding offset ``p`` (its first physical line's start)."""
-        text, starts, ends = self.text, self._starts, self._ends
-        ls = text.rfind("\n", 0, p) + 1
-        while ls:
-            k = bisect.bisect_left(starts, ls) - 1
-            if k < 0 or ls > ends[k]:
-                break
-            ls = text.rfind("\n", 0, starts[k]) + 1
-        return ls
-
-
-def _string_prefix(text: str, i: int) -> int:
-    """Start of the string whose quote is at ``i`` (the quote itself, or its r/b/u/f/t prefix)."""
-    k = i
-    while k > 0 and i - k < 2 and text[k - 1] in _PREFIX_CHARS:
-        k -= 1
-    if k < i and k > 0 and (text[k - 1].isalnum() or text[k - 1] == "_"):
-        return i  # the letters end a name: 'bar"' is no prefix
-    return k
-
-
-def _scan(text: str) -> _Lex:
-    """Lexical state at the end of ``text`` (the prefix), resumed from the latest checkpoint of a
-    recent scan whose text shares enough of a prefix with ``text`` (:data:`_SCANS`). Never raises."""
-    lx = _Lex(text)
-    resume = _SCANS.resume(text)
-    if resume is None:
-        checkpoints: list[tuple] = []
-        pos = horizon = 0
-    else:
-        checkpoints, lx._starts, lx._ends = resume
-        pos, lx.semi, lx.close0, _, horizon = checkpoints[-1]
-    _scan_from(lx, pos, horizon, checkpoints)
-    _SCANS.store(text, checkpoints, lx)
-    return lx
-
-
-def _scan_from(lx: _Lex, pos: int, horizon: int, checkpoints: list[tuple]) -> None:
-    """Scan ``lx.text`` from ``pos`` (outside brackets, strings and comments), appending a checkpoint
-    ``(pos, semi, close0, spans, horizon)`` every :data:`_CHECKPOINT_EVERY` code points at such a
-    position; ``horizon`` bounds the text that the decisions so far have read."""
-    text = lx.text
-    stack = lx.stack
-    starts, ends = lx._starts, lx._ends  # spans holding no logical line start
-    find = text.find
-    n = len(text)
-    next_checkpoint = pos + _CHECKPOINT_EVERY
-    while True:
-        if not stack:
-            if pos >= next_checkpoint:
-                checkpoints.append((pos, lx.semi, lx.close0, len(starts), max(horizon, pos + _LOOKAHEAD)))
-                next_checkpoint = pos + _CHECKPOINT_EVERY
-            top = ""
-        else:
-            top = stack[-1][0]
-        if top != "F" and top != "S":  # code: outside brackets, inside brackets, in a replacement field
-            m = (_CODE0 if not stack else _FIELD if top == "R" else _CODEN).search(text, pos)
-            if m is None:  # code to the end: of a replacement field when the innermost non-bracket frame is one
-                frame = next((e[0] for e in reversed(stack) if e[0] not in "([{"), "")
-                lx.context = "field" if frame == "R" else "code"
-                break
-            i = m.start()
-            c = text[i]
-            if c in "([{":
-                stack.append((c, i))
-                pos = i + 1
-            elif c in ")]}":
-                pos = i + 1
-                want = _OPENER[c]
-                j = len(stack) - 1
-                while j >= 0:
-                    kind = stack[j][0]
-                    if kind == want:
-                        break
-                    if kind == "R" and c == "}":  # the end of the replacement field
-                        break
-                    if kind in "FRS":  # ')' and ']' never close a bracket outside the field
-                        j = -1
-                    j -= 1
-                if j >= 0:
-                    start = stack[0][1]
-                    del stack[j:]
-                    if not stack:
-                        lx.close0 = i
-                        if find("\n", start, i) >= 0:
-                            starts.append(start)
-                            ends.append(i)
-            elif c == "'" or c == '"':
-                s = _string_prefix(text, i)
-                prefix = text[s:i].lower()
-                q = c * 3 if text.startswith(c * 3, i) else c
-                body = i + len(q)
-                if "f" in prefix or "t" in prefix:
-                    stack.append(("F", s, q, "r" in prefix))
-                    pos = body
-                    continue
-                e = _BODY[q].match(text, body).end()
-                if text.startswith(q, e):
-                    pos = e + len(q)
-                    if not stack and find("\n", s, pos) >= 0:
-                        starts.append(s)
-                        ends.append(pos)
-                elif e >= n or text[e] == "\\":  # the cursor is inside this string
-                    lx.context, lx.string_start, lx.string_prefix = "string", s, prefix
-                    break
-                else:  # a newline ends a single-quoted string (unterminated: broken code)
-                    pos = e
-            elif c == "#":
-                e = find("\n", i)
-                if e < 0:
-                    lx.context = "comment"
-                    break
-                pos = e
-            elif c == "\n":  # inside brackets or a replacement field
-                pos = i + 1
-                f = next((j for j, e in enumerate(stack) if e[0] == "F" and len(e[2]) == 1), -1)
-                if f >= 0:  # a newline ends a single-quoted f-string
-                    del stack[f:]
-                elif all(e[0] in "([{" for e in stack):
-                    k = _WS.match(text, pos).end()
-                    horizon = max(horizon, k + _KEYWORD_LOOKAHEAD)
-                    if _STATEMENT_ONLY.match(text, k):
-                        starts.append(stack[0][1])  # brackets left open by broken code: recover
-                        ends.append(i)
-                        stack.clear()
-            elif c == ";":
-                lx.semi = i
-                pos = i + 1
-            elif c == ":":  # only in replacement field code: a format spec starts at depth 0 of the field
-                pos = i + 1
-                if top == "R":
-                    stack.append(("S", i))
-            else:  # backslash
-                if text.startswith("\n", i + 1):
-                    if not stack:
-                        starts.append(i)
-                        ends.append(i + 2)
-                    pos = i + 2
-                else:
-                    pos = i + 1
-            continue
-
-        # literal text of an f-string (F) or the format spec of its replacement field (S)
-        f = stack[-1] if top == "F" else next(e for e in reversed(stack) if e[0] == "F")
-        q = f[2]
-        m = (_FLIT if top == "F" else _FSPEC)[q].search(text, pos)
-        if m is None:
-            if top == "F":
-                lx.context, lx.string_start, lx.string_prefix = "string", f[1], "f"
-            else:
-                lx.context = "field"
-            break
-        i = m.start()
-        c = text[i]
-        if c == "{":
-            if top == "F" and text.startswith("{", i + 1):
-                pos = i + 2
-            else:
-                stack.append(("R", i))
-                pos = i + 1
-        elif c == "}":
-            if top == "S":
-                del stack[-2:]  # the spec and its field
-                pos = i + 1
-            else:
-                pos = i + 2 if text.startswith("}", i + 1) else i + 1
-        elif c == "\\":  # only in literal text
-            if not f[3] and text.startswith("N{", i + 1):
-                e = find("}", i + 3)
-                pos = n if e < 0 else e + 1
-            else:
-                pos = i + 2
-            if pos >= n:
-                lx.context, lx.string_start, lx.string_prefix = "string", f[1], "f"
-                break
-        elif c == "\n" or text.startswith(q, i):  # the end of the f-string (a newline ends single quotes)
-            j = next(j for j in range(len(stack) - 1, -1, -1) if stack[j] is f)
-            del stack[j:]
-            pos = i if c == "\n" else i + len(q)
-            if not stack and find("\n", f[1], pos) >= 0:
-                starts.append(f[1])
-                ends.append(pos)
-        else:  # a lone quote character inside triple quotes
-            pos = i + 1
-    if stack:
-        starts.append(stack[0][1])
-        ends.append(n)
-    elif lx.context == "string" and find("\n", lx.string_start) >= 0:
-        starts.append(lx.string_start)
-        ends.append(n)
-
-
-_CHECKPOINT_EVERY = 2048  # code points between scan checkpoints
-_LOOKAHEAD = 4  # code points past the scan position that a decision reads (quotes, '{{', backslash-newline)
-
-
-class _ScanCache:
-    """Checkpoints of the last few scans. The lexical state at a checkpoint depends only on the text
-    up to its horizon, so a new text that shares that much with a cached one resumes there: a
-    keystroke rescans from the last checkpoint before the edit, not from the top of the file."""
-
-    def __init__(self, size: int = 8):
-        self._lock = threading.Lock()
-        self._scans: OrderedDict = OrderedDict()  # id -> (text, checkpoints, starts, ends)
-        self._size = size
-
-    def resume(self, text: str):
-        """``(checkpoints, starts, ends)`` to continue from the last of the checkpoints, or None."""
-        with self._lock:
-            entries = list(self._scans.values())
-        best = None
-        for old, checkpoints, starts, ends in entries:
-            if not checkpoints or checkpoints[0][4] > len(text):
-                continue
-            a = common_prefix(old, text)
-            k = len(checkpoints)
-            while k and checkpoints[k - 1][4] > a:
-                k -= 1
-            if k and (best is None or checkpoints[k - 1][0] > best[0][-1][0]):
-                m = checkpoints[k - 1][3]
-                best = (checkpoints[:k], starts[:m], ends[:m])
-        return best
-
-    def store(self, text: str, checkpoints: list, lx: _Lex) -> None:
-        if not checkpoints:
-            return
-        m = checkpoints[-1][3]
-        with self._lock:
-            self._scans[id(checkpoints)] = (text, checkpoints, lx._starts[:m], lx._ends[:m])
-            while len(self._scans) > self._size:
-                self._scans.popitem(last=False)
-
-
-_SCANS = _ScanCache()
-
-
-# ------------------------------------------------------------------------------------------------
 # document facts (tree-sitter)
 
 HTTP_CLIENTS = frozenset({"requests", "httpx", "urllib3", "aiohttp"})
@@ -646,11 +361,6 @@ def _document_facts(data: bytes, key) -> tuple[frozenset[str], bool]:
 # ------------------------------------------------------------------------------------------------
 # the fingerprint
 
-_NOT_CALLABLE = frozenset({  # keywords before a '(' that opens an expression, not a call
-    "and", "as", "assert", "async", "await", "del", "elif", "else", "except", "for", "from", "global", "if",
-    "import", "in", "is", "lambda", "nonlocal", "not", "or", "raise", "return", "while", "with", "yield"})
-_TRAILING_WORD = re.compile(r"\w+\Z")
-_DEF_CLASS_BEFORE = re.compile(r"(?:^|[^\w.])(def|class)\Z")
 _BLOCK_OPENER = re.compile(
     r"[ \t]*(?:async[ \t]+)?(?:def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
 _ENDS_WITH_COLON = re.compile(r":[ \t]*(?:#[^\n]*)?\n?\Z")
@@ -660,25 +370,6 @@ _IMPORT_STMT = re.compile(r"[ \t]*(?:import|from)\b")
 _HEADER_SAME_LINE = re.compile(r"[ \t]*(?:(?:async[ \t]+)?def|class)\b.*:[ \t]*\Z")
 _INDENTS = re.compile(r"\n([ \t]*)[^ \t\n#]")
 _UNIT_WINDOW = 16_000  # code points before the cursor (and a quarter of it after) used to detect the indentation unit
-
-
-def _paren_kind(text: str, pos: int) -> str:
-    """What the '(' at ``pos`` opens: ``"call"``, ``"def"`` (parameters), ``"class"`` (bases) or
-    ``"other"`` (a parenthesized expression or tuple)."""
-    before = text[max(0, pos - 256):pos].rstrip()
-    if not before:
-        return "other"
-    c = before[-1]
-    if c in ")]":
-        return "call"
-    m = _TRAILING_WORD.search(before)
-    if m is None:
-        return "other"
-    word = m.group()
-    if word[0].isdigit() or word in _NOT_CALLABLE:
-        return "other"
-    d = _DEF_CLASS_BEFORE.search(before[:m.start()].rstrip())
-    return d.group(1) if d else "call"
 
 
 def _width(ws: str) -> int:
@@ -715,7 +406,7 @@ def _line_code_start(text: str, s: int, e: int) -> int:
     return -1 if i >= e or text[i] in "\n#" else i
 
 
-def _previous_code_line(lx: _Lex, ls: int) -> tuple[int, int, int]:
+def _previous_code_line(lx: Scan, ls: int) -> tuple[int, int, int]:
     """``(start, code start, end)`` of the logical line before the one starting at ``ls`` that holds
     code (blank and comment-only lines skipped); ``(-1, -1, -1)`` when there is none."""
     text = lx.text
@@ -756,13 +447,13 @@ def _features(text: str, suffix: str, path: str | None) -> np.ndarray:
     v = np.zeros(len(FEATURES), dtype=np.float32)
     n = len(text)
     doc = text + suffix
-    lx = _scan(text)
+    lx = scan(text)
     stack = lx.stack
     context = lx.context
 
     # 1 in_call_args, 15 bracket_depth
-    entries = stack[:-1] if context == "string" and stack and stack[-1][0] == "F" else stack
-    if entries and entries[-1][0] == "(" and _paren_kind(text, entries[-1][1]) == "call":
+    entries = call_frames(lx)
+    if entries and entries[-1][0] == "(" and paren_kind(text, entries[-1][1], lx) == "call":
         v[0] = 1
     depth = sum(1 for e in stack if e[0] in "([{")
     v[14] = min(depth, 4) / 4
@@ -810,7 +501,7 @@ def _features(text: str, suffix: str, path: str | None) -> np.ndarray:
 
     # 8 in_def_signature
     if _DEF_STMT.match(text, stmt):
-        in_parameters = stack and stack[0][0] == "(" and stack[0][1] >= stmt and _paren_kind(text, stack[0][1]) == "def"
+        in_parameters = stack and stack[0][0] == "(" and stack[0][1] >= stmt and paren_kind(text, stack[0][1], lx) == "def"
         # after the parameters: the return annotation lasts until the ':' at depth 0
         in_annotation = lx.close0 >= stmt and (not stack or stack[0][0] in "([{") and ":" not in text[lx.close0 + 1:n]
         v[7] = bool(in_parameters or in_annotation)

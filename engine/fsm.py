@@ -5,7 +5,7 @@ immutable, cached on disk keyed by the vocabulary digest) -> :class:`PythonGuide
 ``advance(token_id)``, ``rollback(n)``, ``allowed_mask()``/``fill_next_token_bitmask(...)`` and
 ``is_accepting()``, the interface of outlines-core and llguidance.
 
-A core state is the lexer state (:mod:`engine.pylex`) with the bracket stack cut to its top two
+A core state is the lexer state (:mod:`engine.lexing.automaton`) with the bracket stack cut to its top two
 frames and the indentation stack left out. For each core state every token falls in one of four
 classes (decided by a depth-first walk over the vocabulary's byte trie that simulates shared token
 prefixes once, see ``_walk``; :func:`_build_reference` is the plain token-by-token definition):
@@ -25,7 +25,6 @@ A guide never raises mid-generation: a token outside the mask puts it in a stick
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import os
@@ -37,14 +36,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import pylex
-from .pylex import Complex, Lex, Reject
-from .text import common_prefix
+from .lexing import automaton as pylex
+from .lexing.automaton import Complex, Lex, Reject
+from .lexing.prefix import PrefixLexer  # noqa: F401 - re-exported (engine.complete imports it from here)
+from .lexing.vocabulary import PREFIX_LETTERS
 from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
-FSM_VERSION = 7  # bump when the automaton's behaviour or the cache format changes: invalidates disk caches
+FSM_VERSION = 8  # bump when the automaton's behaviour or the cache format changes: invalidates disk caches
 
 
 def default_cache_dir() -> Path:
@@ -282,7 +282,7 @@ _PARTIAL_LEAD = {2: 0xC3, 3: 0xE4, 4: 0xF0}  # any lead byte of that length: the
 class _CharCanon:
     """Replaces each complete non-ASCII character of a token by the first character seen that the
     lexer cannot tell from it: same UTF-8 length, and the same answers to every question
-    :mod:`engine.pylex` asks of a non-ASCII character (identifier start, identifier continuation,
+    :mod:`engine.lexing.automaton` asks of a non-ASCII character (identifier start, identifier continuation,
     ``isalnum``, ``lower()`` a string-prefix letter); and an incomplete character that ends the token
     by one of the same length with as many bytes (the lexer only checks that its lead byte may appear
     in the current mode, then waits for the rest). Tokens with the same canonical bytes have the same
@@ -310,7 +310,7 @@ class _CharCanon:
             else:
                 low = ch.lower()
                 key = (len(raw), ch.isidentifier(), ("a" + ch).isidentifier(), ch.isalnum(),
-                       low if low in pylex._PREFIX_PARTS else None)
+                       low if low in PREFIX_LETTERS else None)
                 rep = self._reps.setdefault(key, raw)
             self._memo[raw] = rep
         return rep
@@ -495,79 +495,6 @@ def detect_indent_style(text: str, default: str | None = " ") -> str | None:
     if tabs and spaces:
         return None
     return "\t" if tabs else " " if spaces else default
-
-
-class PrefixLexer:
-    """Lexes document prefixes incrementally: states are kept at every line start of the last text,
-    so a prefix that shares most of its text with the previous one (typing) costs only the new part.
-
-    A prefix that is already invalid (the user is mid-edit elsewhere) is recovered from: lexing
-    restarts at the next line with lenient indentation, and ``recovered`` counts the restarts.
-    """
-
-    def __init__(self):
-        self._text = ""
-        self._marks: list[tuple[int, Lex, int]] = []  # (offset, state at offset, recoveries)
-        self._lock = threading.Lock()
-
-    def lex(self, text: str, style: str | None) -> tuple[Lex, int]:
-        """``(state after text, recoveries)``. Never raises :class:`Reject`."""
-        with self._lock:
-            marks = self._marks
-            start, state, rec = 0, None, 0
-            if marks and marks[0][1].style == style:
-                common = common_prefix(self._text, text)
-                lo, hi = 0, len(marks) - 1
-                while lo < hi:  # last mark with offset <= common
-                    mid = (lo + hi + 1) // 2
-                    if marks[mid][0] <= common:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                if marks[lo][0] <= common:
-                    start, state, rec = marks[lo][0], marks[lo][1].copy(), marks[lo][2]
-                    marks = marks[: lo + 1]
-                else:
-                    marks = []
-            else:
-                marks = []
-            if state is None:
-                state = Lex(style)
-                marks = [(0, state.copy(), 0)]
-            i, n = start, len(text)
-            feed = state.feed_char
-            while i < n:
-                ch = text[i]
-                try:
-                    feed(ch)
-                except (Reject, Complex):
-                    nl = text.find("\n", i)
-                    rec += 1
-                    state = Lex(style)
-                    state.indents = None
-                    feed = state.feed_char
-                    if nl < 0:
-                        i = n
-                        break
-                    i = nl + 1
-                    marks.append((i, state.copy(), rec))
-                    continue
-                i += 1
-                if ch == "\n":
-                    marks.append((i, state.copy(), rec))
-            self._text, self._marks = text, marks
-            return state, rec
-
-
-    def top_level(self, offset: int) -> bool:
-        """Is the line start at code-point ``offset`` of the last lexed text outside every string and
-        bracket (a place where a statement may start)? False for offsets that are no line start."""
-        marks = self._marks
-        i = bisect.bisect_left(marks, offset, key=lambda m: m[0])
-        if i == len(marks) or marks[i][0] != offset:
-            return False
-        st = marks[i][1]
-        return st.mode == pylex.CODE and not st.brackets
 
 
 class PythonGuide:

@@ -4,8 +4,9 @@ When the cursor is inside a call's argument list (or a completion opens one), th
 ``)`` until the required arguments are present and restricts keyword names to the callee's
 signature. This module supplies that static knowledge:
 
-* :func:`enclosing_call` finds the innermost unclosed call around an offset with a small
-  regex scanner (strings and comments skipped; the rest of the document may be broken);
+* :func:`engine.lexing.enclosing_call` (re-exported here) finds the innermost unclosed call around
+  an offset with the tolerant scanner of :mod:`engine.lexing` (strings, comments and f-string
+  fields followed; the rest of the document may be broken);
 * :func:`import_map` / :func:`qualify` turn the callee text into a qualified name from the file's
   own imports (tree-sitter; nothing is imported);
 * jedi (``jedi.Script`` only, never ``jedi.Interpreter``) resolves the signature statically, using
@@ -39,10 +40,13 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
+
+from . import lexing
+from .lexing import enclosing_call  # re-exported: the call at the cursor
 
 log = logging.getLogger(__name__)
 
@@ -373,203 +377,6 @@ def _default_policies() -> PolicyTable:
 
 
 # --------------------------------------------------------------------------------------------------
-# Lexical scan: brackets, strings, comments (no tree: the document may be broken anywhere)
-
-_SIGNIFICANT = re.compile(r"[#'\"()\[\]{}\n]")
-# a line starting with one of these cannot continue an expression: open brackets before it were
-# abandoned (unfinished code), so they do not swallow the rest of the file
-_STATEMENT = re.compile(r"[ \t]*(?:def|class|return|import|while|with|try|except|finally|raise|del|pass|break"
-                        r"|continue|global|nonlocal|assert|elif)\b")
-_STRING_END = {
-    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""', re.DOTALL),
-    "'''": re.compile(r"(?:[^'\\]|\\.|'(?!''))*'''", re.DOTALL),
-    '"': re.compile(r'(?:[^"\\\r\n]|\\.)*"', re.DOTALL),
-    "'": re.compile(r"(?:[^'\\\r\n]|\\.)*'", re.DOTALL),
-}
-_STRING_PREFIX = frozenset("rRbBuUfFtT")
-_CLOSER_OF = {")": "(", "]": "[", "}": "{"}
-
-
-@dataclass
-class _Scan:
-    """Brackets and strings of a prefix. ``pairs``: closing offset -> opening offset; ``strings``:
-    end offset (exclusive) -> start offset (prefix letters included); ``base_*``: the same for the
-    memoised part before the current line (shared, never mutated)."""
-
-    stack: list[tuple[str, int]] = field(default_factory=list)  # unclosed brackets (char, offset)
-    pairs: dict[int, int] = field(default_factory=dict)
-    strings: dict[int, int] = field(default_factory=dict)
-    inside: str | None = None  # "string" / "comment" when the end falls inside one
-    base_pairs: dict[int, int] = field(default_factory=dict)
-    base_strings: dict[int, int] = field(default_factory=dict)
-
-    def opener(self, close: int) -> int | None:
-        found = self.pairs.get(close)
-        return self.base_pairs.get(close) if found is None else found
-
-    def string_start(self, end: int) -> int | None:
-        found = self.strings.get(end)
-        return self.base_strings.get(end) if found is None else found
-
-
-def _scan_range(source: str, pos: int, end: int, out: _Scan) -> _Scan:
-    stack, pairs, strings = out.stack, out.pairs, out.strings
-    search = _SIGNIFICANT.search
-    while True:
-        m = search(source, pos, end)
-        if m is None:
-            return out
-        char, at = m.group(), m.start()
-        if char == "\n":
-            if stack and _STATEMENT.match(source, at + 1, end):
-                stack.clear()
-            pos = at + 1
-        elif char == "#":
-            newline = source.find("\n", at, end)
-            if newline == -1:
-                out.inside = "comment"
-                return out
-            pos = newline
-        elif char in "\"'":
-            quote = char * 3 if at + 3 <= end and source.startswith(char * 3, at) else char
-            begin = at
-            while begin > max(at - 2, 0) and source[begin - 1] in _STRING_PREFIX:
-                begin -= 1
-            if 0 < begin < at and _is_name_char(source[begin - 1]):
-                begin = at  # `x'...'` is not a prefix (invalid code anyway)
-            closing = _STRING_END[quote].match(source, at + len(quote), end)
-            if closing is None:
-                newline = source.find("\n", at, end) if len(quote) == 1 else -1
-                if newline == -1:
-                    out.inside = "string"
-                    return out
-                pos = newline  # unterminated one-line string: ends at the line end
-                continue
-            strings[closing.end()] = begin
-            pos = closing.end()
-        elif char in "([{":
-            stack.append((char, at))
-            pos = at + 1
-        else:
-            opener = _CLOSER_OF[char]
-            for depth in range(len(stack) - 1, -1, -1):
-                if stack[depth][0] == opener:
-                    pairs[at] = stack[depth][1]
-                    del stack[depth:]
-                    break
-            pos = at + 1
-
-
-_SCAN_CACHE: OrderedDict[tuple[int, str], _Scan] = OrderedDict()
-_SCAN_CHECKPOINT_MIN = 4096  # shorter prefixes are rescanned (cheaper than a digest and a copy)
-
-
-def _scan(source: str, end: int) -> _Scan:
-    """Brackets, strings and comments of ``source[:end]``. The state at the start of ``end``'s line
-    is memoised (keyed by a digest of the text before it), so typing on one line rescans only that
-    line."""
-    line_start = source.rfind("\n", 0, end) + 1
-    if line_start < _SCAN_CHECKPOINT_MIN:
-        return _scan_range(source, 0, end, _Scan())
-    key = (line_start, _digest(source[:line_start]))
-    with _LOCK:
-        base = _SCAN_CACHE.get(key)
-        if base is not None:
-            _SCAN_CACHE.move_to_end(key)
-    if base is None:
-        base = _scan_range(source, 0, line_start, _Scan())
-        with _LOCK:
-            _SCAN_CACHE[key] = base
-            while len(_SCAN_CACHE) > 8:
-                _SCAN_CACHE.popitem(last=False)
-    if base.inside is not None:  # the line starts inside a string that may close before ``end``
-        return _scan_range(source, 0, end, _Scan())
-    resumed = _Scan(stack=list(base.stack), base_pairs=base.pairs, base_strings=base.strings)
-    if resumed.stack and _STATEMENT.match(source, line_start, end):
-        resumed.stack.clear()
-    return _scan_range(source, line_start, end, resumed)
-
-
-def _is_name_char(ch: str) -> bool:
-    return ch.isalnum() or ch == "_"
-
-
-def _expression_before(source: str, pos: int, scan: _Scan) -> str | None:
-    """The primary expression (names, dots, calls, subscripts, string literals) that ends just
-    before ``pos`` (spaces allowed before ``pos``), as written; None when there is none or it
-    starts with a keyword or a number."""
-    end = pos
-    while end > 0 and source[end - 1] in " \t":
-        end -= 1
-    cursor, start = end, None
-    while True:
-        at = cursor
-        if at > 0 and _is_name_char(source[at - 1]):
-            k = at
-            while k > 0 and _is_name_char(source[k - 1]):
-                k -= 1
-            word = source[k:at]
-            if keyword.iskeyword(word) and word not in ("None", "True", "False"):
-                break
-            begin, is_name = k, True
-        elif at > 0 and source[at - 1] in ")]" and scan.opener(at - 1) is not None:
-            begin, is_name = scan.opener(at - 1), False
-        elif scan.string_start(at) is not None:
-            begin, is_name = scan.string_start(at), False
-        else:
-            break
-        start = cursor = begin
-        k = begin
-        while k > 0 and source[k - 1] in " \t":
-            k -= 1
-        if k > 0 and source[k - 1] == "." and not (k > 1 and source[k - 2] == "."):
-            cursor = k - 1
-            while cursor > 0 and source[cursor - 1] in " \t":
-                cursor -= 1
-            continue
-        if not is_name and k > 0 and (_is_name_char(source[k - 1]) or source[k - 1] in ")]"):
-            cursor = k  # foo(x)(  /  foo [1](
-            continue
-        break
-    if start is None:
-        return None
-    text = source[start:end]
-    if not text or text[0].isdigit():
-        return None
-    # `def f(` / `class C(` open parameter and base lists, not calls
-    k = start
-    while k > 0 and source[k - 1] in " \t":
-        k -= 1
-    j = k
-    while j > 0 and _is_name_char(source[j - 1]):
-        j -= 1
-    if source[j:k] in ("def", "class"):
-        return None
-    return text
-
-
-def enclosing_call(source: str, offset: int) -> tuple[str, int] | None:
-    """``(callee text, offset of its "(")`` of the innermost call whose argument list is still open
-    at ``offset`` (0-based code points), or None. Brackets inside strings and comments are ignored;
-    brackets that are not calls (tuples, lists, ``def f(`` parameter lists) are stepped over to the
-    enclosing call. Only ``source[:offset]`` is read, so the rest of the document may be broken.
-    The cursor may itself be inside a string argument (``open("a|``)."""
-    try:
-        offset = max(0, min(int(offset), len(source)))
-        scan = _scan(source, offset)
-        for char, where in reversed(scan.stack):
-            if char != "(":
-                continue
-            callee = _expression_before(source, where, scan)
-            if callee is not None:
-                return callee, where
-        return None
-    except Exception:  # pragma: no cover - defensive
-        log.debug("enclosing_call failed", exc_info=True)
-        return None
-
-
-# --------------------------------------------------------------------------------------------------
 # Imports (tree-sitter; never imports anything)
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
@@ -806,7 +613,6 @@ def clear_cache() -> None:
     """Forget memoised jedi answers and import maps (e.g. after the environment changed)."""
     with _LOCK:
         _CACHE.clear()
-        _SCAN_CACHE.clear()
     _parse_imports.cache_clear()
 
 
@@ -1050,10 +856,10 @@ def resolve_callee(source: str, paren_offset: int, path: str | None = None, poli
     try:
         if not 0 <= paren_offset < len(source) or source[paren_offset] != "(":
             return None
-        scan = _scan(source, paren_offset)
-        if scan.inside is not None:
+        sc = lexing.scan(source[:paren_offset])
+        if sc.context in ("string", "comment"):
             return None
-        callee = _expression_before(source, paren_offset, scan)
+        callee = lexing.callee_before(sc.text, paren_offset, sc)
         if callee is None:
             return None
         return _spec(source, callee, paren_offset, path, policies, budget_ms, document)
@@ -1071,15 +877,15 @@ def member_names(source: str, offset: int, path: str | None = None, *, budget_ms
     try:
         offset = max(0, min(int(offset), len(source)))
         k = offset
-        while k > 0 and _is_name_char(source[k - 1]):
+        while k > 0 and (source[k - 1].isalnum() or source[k - 1] == "_"):
             k -= 1
         if k == 0 or source[k - 1] != ".":
             return None
         dot = k - 1
-        scan = _scan(source, dot)
-        if scan.inside is not None:
+        sc = lexing.scan(source[:dot])
+        if sc.context in ("string", "comment"):
             return None
-        expression = _expression_before(source, dot, scan)
+        expression = lexing.callee_before(sc.text, dot, sc)
         if expression is None:
             return None
         imports = import_map(source)

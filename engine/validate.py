@@ -174,7 +174,9 @@ class _RegionLexer:
 class _Judge:
     """The acceptance rule for text inserted at the cursor, against the enclosing region.
 
-    A candidate is refused when tree-sitter finds more ERROR/MISSING nodes than without it, or when
+    A candidate is refused when tree-sitter finds more ERROR/MISSING nodes than without it (unless
+    CPython compiles the region with it: where the two disagree, e.g. ``f"{t:=^20}"`` with ``=`` as
+    the fill character of a format spec, CPython decides), or when
     CPython's first error lies inside the inserted text (or right after it) while the region either
     compiled without it or failed only at or after the cursor (the user's unfinished text there).
     A new block opener at the end of the buffer is judged with a stand-in body.
@@ -196,7 +198,7 @@ class _Judge:
         span = error_range(rp + text + rs)
         e1, m1 = count_syntax_errors(rp + text + rs)
         where = rp.count("\n")
-        if e1 > self.e0 or m1 > self.m0:
+        if (e1 > self.e0 or m1 > self.m0) and span is not None:  # when the region compiles, CPython decides
             return Issue("tree-sitter", where, f"ERROR nodes {self.e0}->{e1}, MISSING nodes {self.m0}->{m1}"), span
         if span is None:
             return None, None

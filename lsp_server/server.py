@@ -53,8 +53,9 @@ from pygls.protocol.json_rpc import (
     RPCRequest,
 )
 
+from engine import lexing
 from engine.settings import Settings, from_wire
-from lsp_server import convert, lexical
+from lsp_server import convert
 from lsp_server.document import Document, DocumentStore
 
 logger = logging.getLogger(__name__)
@@ -738,7 +739,7 @@ class FsmCompleteServer(LanguageServer):
         cursor: convert.Cursor,
         *,
         single_line: bool = False,
-        context: lexical.Context | None = None,
+        context: lexing.Context | None = None,
     ) -> convert.Edit | None:
         """The completion at ``cursor`` as a document edit; None when there is none to offer.
 
@@ -755,8 +756,8 @@ class FsmCompleteServer(LanguageServer):
             engine = self._engine
             if engine is None:
                 return None
-            context = context or lexical.cursor_context(cursor.text[: cursor.offset])
-            prose = context.kind != lexical.CODE
+            context = context or lexing.cursor_context(cursor.text[: cursor.offset])
+            prose = context.kind != lexing.CODE
             request = convert.to_engine_request(
                 cursor, multiline=False if single_line or prose else None, cancel=cancel,
                 path=convert.document_path(doc.uri),
@@ -779,7 +780,7 @@ class FsmCompleteServer(LanguageServer):
                 logger.debug("request %r: %s changed while decoding; result dropped", msg_id, doc.uri)
                 return None
             full = convert.normalise_line_endings(completion.text)
-            text = lexical.clip_to_context(full, context, cursor.line_suffix)
+            text = lexing.clip_to_context(full, context, cursor.line_suffix)
             if single_line:
                 text = text.split("\n", 1)[0]
             replace = completion.replace_suffix if text == full else 0
@@ -1007,9 +1008,9 @@ async def completion(
     if doc is None:
         return None
     cursor = doc.cursor(params.position, ls.position_encoding)
-    context = lexical.cursor_context(cursor.text[: cursor.offset])
+    context = lexing.cursor_context(cursor.text[: cursor.offset])
     trigger = params.context.trigger_character if params.context is not None else None
-    if trigger == "." and context.kind != lexical.CODE:
+    if trigger == "." and context.kind != lexing.CODE:
         return types.CompletionList(is_incomplete=False, items=[])
     edit = await ls.complete(doc, cursor, single_line=True, context=context)
     items = [convert.lsp_completion_item(cursor, edit)] if edit is not None else []

@@ -24,10 +24,7 @@ from engine.fingerprint import (
     Fingerprint,
     ModePolicy,
     _document_facts,
-    _Lex,
     _parser,
-    _scan,
-    _scan_from,
     _Trees,
     add_fingerprint_stats_parser,
     fingerprint,
@@ -471,36 +468,6 @@ def test_incremental_reparse_equals_a_fresh_parse():
         assert str(incremental.root_node) == str(fresh.root_node), step
 
 
-def _lex_state(lx: _Lex) -> tuple:
-    return (lx.stack, lx.context, lx.string_start, lx.string_prefix, lx.semi, lx.close0, lx._starts, lx._ends)
-
-
-def test_resumed_scans_equal_a_scan_from_the_top():
-    """The scan resumes from checkpoints of earlier scans; after arbitrary edits (brackets left open,
-    quotes, a 3,000-space indentation before a keyword) the state equals a scan of the whole text."""
-    rng = random.Random(5)
-    inserts = ["x", "(", ")", "'", '"""', "#", "\n", "\\", "f'{", "}", "[", "\n    return ", "é", ";",
-               "\n)\ndef f(", " " * 3000 + "def"]
-    for path in _stdlib_sample(3, seed=4):
-        text = path.read_text(encoding="utf-8")[:40_000]
-        for step in range(25):
-            a = rng.randrange(len(text) + 1)
-            b = min(len(text), a + rng.choice([0, 0, 1, 3, 50]))
-            text = text[:a] + rng.choice(inserts) + text[b:]
-            cut = rng.choice([a, rng.randrange(len(text) + 1), len(text)])
-            whole = _Lex(text[:cut])
-            _scan_from(whole, 0, 0, [])
-            assert _lex_state(_scan(text[:cut])) == _lex_state(whole), (path, step, cut)
-
-
-def test_a_resumed_scan_respects_the_lookahead_of_bracket_recovery():
-    # the '(' is closed by recovery because the next line starts with `def`; the checkpoint right after
-    # that decision must not be reused once `def` (3,000 spaces later) changes
-    head = "y = 1\n" * 400 + "x = (\n" + " " * 3000
-    tail = " f():\n    y\n"
-    assert _scan(head + "def" + tail).stack == []
-    edited = _scan(head + "dex" + tail)
-    assert [e[0] for e in edited.stack] == ["("] and edited.stack[0][1] == head.index("(")
 
 
 def test_facts_follow_edits_of_the_same_document():

@@ -461,3 +461,33 @@ async def test_e18_negotiated_encoding_is_used_in_and_out(session: Session):
         assert item.text_edit.range.start == P(0, result.position.character - 2)
         assert item.text_edit.range.end.character >= result.position.character
         ast.parse(apply_edit(result.text, item.text_edit, session.encoding))
+
+
+# ---------------------------------------------------------------------------- R5 format specs (issue #16)
+
+R5 = {
+    "R5a": 'import os\n\ncode, name = 10, "x"\nlabel = f"{code:#06x} {name}" + os.█',
+    "R5b": "import os\n\nname = 'x'\nline = f\"{name:'<20}\" + os.█",
+    "fill-equals": 'import os\n\nt = "x"\nc = f"{t:=^20}" + os.█',
+    "nested-spec": 'import os\n\nw, v = 8, 1.5\ns = f"{v:>{w}.2f} {v:\'^9}" + os.█',
+}
+
+
+@module_loop
+@pytest.mark.parametrize("marked", list(R5.values()), ids=list(R5))
+async def test_r5_a_format_spec_is_literal_text_not_code(session: Session, marked):
+    """'#', quotes, '=' and nested fields in a format spec end with the field: after the f-string the
+    cursor is in code, so '.' offers os members and the inline item is code that keeps the line valid."""
+    _, _, completions = await session.completion(marked, trigger=".")
+    items = list(completions.items)
+    assert items, "os members after an f-string with a format spec"
+    members = set(dir(__import__("os")))
+    for item in items:
+        word = re.match(r"\w*", item.text_edit.new_text).group()
+        assert word in members, item.text_edit.new_text
+    result = await session.inline(marked)
+    record = await session.engine_request(result.uri)
+    assert record["context"] == "code"
+    assert [i for i in result.inserts() if i.strip()], "an inline completion after os."
+    for buffer in result.applied():
+        compile(buffer, "<r5>", "exec")  # never an unterminated string: the item is code

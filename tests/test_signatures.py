@@ -184,9 +184,9 @@ def test_enclosing_call_reads_only_the_prefix_and_reports_the_paren_offset():
     assert enclosing_call(source, 3) is None
 
 
-def test_enclosing_call_in_a_long_file_uses_the_memoised_line_start():
+def test_enclosing_call_in_a_long_file_resumes_from_a_checkpoint():
     head = "".join(f"def f{i}(a, b):\n    return g(a, '(', b)\n\n" for i in range(300))
-    assert len(head) > sig._SCAN_CHECKPOINT_MIN
+    assert len(head) > 4 * 2048  # past the scanner's first checkpoints
     source = head + "x = outer(1,\n    inner(2, "
     for extra in ("", "3", "3, "):
         assert enclosing_call(source + extra, len(source) + len(extra)) == ("inner", source.rindex("("))

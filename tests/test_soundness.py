@@ -3,6 +3,8 @@ through the FSM. Every real next token must be allowed (0 false rejections)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,15 @@ def test_held_out_files_have_no_false_rejections(tokenizer_and_index):
         assert not rejected, (str(path), rejected[:5])
         total += n
     assert total > 100_000
+
+
+def test_format_spec_shapes_have_no_false_rejections(tokenizer_and_index):
+    """Every character of a format spec (PEP 701: '#', quotes, '=', '<', '>', '^', nested fields)."""
+    tok, index = tokenizer_and_index
+    text = (Path(__file__).parent / "corpus" / "fstring_specs.py").read_text(encoding="utf-8")
+    n, rejected = teacher_force(tok, index, text)
+    assert not rejected, rejected[:5]
+    assert n > 300
 
 
 def test_masks_are_not_trivial_on_real_code(tokenizer_and_index):
