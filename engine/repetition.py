@@ -1,0 +1,147 @@
+"""The repetition monitor: a completion may not loop.
+
+Greedy decoding of a small model falls into loops (``self.path_path_path``, ``'w', 'w', 'w', …``,
+``0, 0, 0, …``). Every looping text is valid Python, so the lexical FSM cannot see it; this monitor
+watches the decoded text and stops the completion where the loop began (monitor-guided decoding,
+Agrawal et al., NeurIPS 2023, applied to repetition; the same bound the bench's ``garbage`` metric uses).
+
+A *run* is a fragment of at least :data:`MIN_PERIOD` characters that is not itself a repetition of
+a shorter fragment (``"--"`` is ``"-"`` twice and does not count: ``"----------"`` rulers are real
+code) written :data:`MAX_REPEATS` or more times in a row. The monitor never masks a token: real code
+does write ``(0, 0, 0)`` now and then, so refusing would be unsound. It ends the completion instead
+and hands back the offset where the run's second copy starts; the finisher cuts there and then
+backs off to a natural boundary (:func:`natural_cut`).
+
+Offsets are code-point offsets into the completion text (0-based).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_PERIOD = 2  # shortest fragment that counts (single characters repeat in real code: "=====")
+MAX_PERIOD = 32  # longest fragment looked for
+MAX_REPEATS = 3  # a fragment written this many times in a row is a loop
+
+
+@dataclass(frozen=True)
+class Run:
+    """A loop in a text: ``text[start:start + period]`` repeated ``count`` times from ``start``."""
+
+    start: int
+    period: int
+    count: int
+
+    @property
+    def second(self) -> int:
+        """Offset where the fragment's second copy starts (everything before it is said once)."""
+        return self.start + self.period
+
+
+def _primitive(fragment: str) -> bool:
+    """True when ``fragment`` is not a repetition of a shorter fragment (``"ab"`` yes, ``"abab"`` no)."""
+    n = len(fragment)
+    return (fragment + fragment).find(fragment, 1) == n
+
+
+def find_run(text: str, end_from: int = 0, repeats: int = MAX_REPEATS) -> Run | None:
+    """The earliest-ending loop of ``text`` whose last copy ends at or after ``end_from``, or None.
+
+    Cost: O((len(text) - end_from + 1) · MAX_PERIOD · period) character comparisons at worst, small
+    for one decode step's new characters.
+    """
+    n = len(text)
+    for end in range(max(end_from, MIN_PERIOD * repeats), n + 1):
+        for period in range(MIN_PERIOD, min(MAX_PERIOD, end // repeats) + 1):
+            start = end - period * repeats
+            unit = text[end - period : end]
+            if all(text[start + k * period : start + (k + 1) * period] == unit for k in range(repeats - 1)) \
+                    and _primitive(unit):
+                # extend backwards: the run may have started earlier than the three copies found here
+                while start - period >= 0 and text[start - period : start] == unit:
+                    start -= period
+                # prefer the rotation that starts where the fragment first appears ("_fd" over "fd_")
+                while start > 0 and text[start - 1] == text[start - 1 + period]:
+                    start -= 1
+                return Run(start, period, (end - start) // period)
+    return None
+
+
+class RepetitionMonitor:
+    """Incremental :func:`find_run` over a completion as its tokens arrive.
+
+    ``feed(text)`` takes the whole decoded text so far (it only grows or is rolled back by the
+    decoder) and returns the :class:`Run` that the new characters closed, or None. Never raises.
+    """
+
+    def __init__(self, repeats: int = MAX_REPEATS):
+        self.repeats = repeats
+        self._checked = 0  # text length already checked
+
+    def feed(self, text: str) -> Run | None:
+        start = max(0, min(self._checked, len(text)))
+        self._checked = len(text)
+        if len(text) < MIN_PERIOD * self.repeats:
+            return None
+        return find_run(text, end_from=start + 1 if start else 0, repeats=self.repeats)
+
+
+_BOUNDARY_AFTER = frozenset(",)]}:;")
+
+
+def loop_cut(text: str, run: Run) -> int:
+    """Where a completion that ran into ``run`` ends: after the loop's first copy, without a trailing
+    separator (``self.path_path_path`` -> ``self.path``; ``'w', 'w', 'w'`` -> ``'w'``)."""
+    cut = run.second
+    while cut > 0 and text[cut - 1] in " \t\n,;_.":
+        cut -= 1
+    return cut
+
+
+def natural_cut(text: str, limit: int) -> int:
+    """The last natural stopping point of ``text[:limit]`` as an offset (0 when there is none).
+
+    A natural point ends a whole lexical item, outside strings and comments: after ``,``, a closing
+    bracket, ``:`` or ``;`` (the separator itself is dropped when it is ``,`` or ``;``), or before a
+    space that follows a complete name or literal. A cut identifier (``sel`` of ``self``) or an open
+    string is never a natural point. Used when a completion stops for a reason other than its own
+    end: the ``max_tokens`` limit, a loop found by :class:`RepetitionMonitor`.
+    """
+    import io
+    import tokenize
+
+    limit = max(0, min(limit, len(text)))
+    best = 0
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(text[:limit]).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        toks = None
+    if toks is None:
+        # unterminated string or bracket at the end: fall back on the raw characters before it
+        quote = min((i for i in (text.find("'"), text.find('"')) if 0 <= i < limit), default=limit)
+        return natural_cut(text, quote) if quote < limit else _raw_cut(text, limit)
+    lines = text[:limit].split("\n")
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    for tok in toks:
+        if tok.type in (tokenize.ENDMARKER, tokenize.DEDENT, tokenize.INDENT, tokenize.NL, tokenize.NEWLINE):
+            continue
+        end = offsets[tok.end[0] - 1] + tok.end[1]
+        if end > limit:
+            break
+        if tok.type == tokenize.OP and tok.string in (",", ";"):
+            best = offsets[tok.start[0] - 1] + tok.start[1]
+        elif tok.type == tokenize.OP and tok.string in (")", "]", "}", ":"):
+            best = end
+        elif tok.type in (tokenize.NAME, tokenize.NUMBER, tokenize.STRING) and end < limit \
+                and text[end] in " \t\n":
+            best = end
+    return best
+
+
+def _raw_cut(text: str, limit: int) -> int:
+    for i in range(limit, 0, -1):
+        if text[i - 1] in _BOUNDARY_AFTER:
+            return i - 1 if text[i - 1] in ",;" else i
+    return 0
