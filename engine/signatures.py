@@ -684,11 +684,62 @@ def _jedi_signatures(code: str, offset: int, path: str | None):
     return tuple(params for params, _ in overloads), overloads[0][1]
 
 
+_OBJECT_HOOKS = ("__getattribute__", "__setattr__")  # overridden: attributes appear at run time
+
+
+def _open_object(script, completions, line: int, column: int) -> bool:
+    """Are the attributes of the object before the ``.`` not statically closed (issue #16, R4)?
+    True for a ``__getattr__`` (a class's, or a module's, PEP 562: argparse namespaces, mocks,
+    numpy), an ``__getattribute__``/``__setattr__`` that is not ``object``'s (SimpleNamespace),
+    an extension module (compiled, no stub: ``dir()`` is not the whole story), or an object jedi
+    cannot infer. ``line``/``column``: jedi's (1-based line, 0-based column) of the dot."""
+    for c in completions:
+        if c.name == "__getattr__":
+            return True
+        if c.name in _OBJECT_HOOKS and (c.full_name or "").rsplit(".", 1)[0] not in ("builtins.object", ""):
+            return True
+    inferred = script.infer(line, column)
+    if not inferred:
+        return True
+    for name in inferred:
+        if name.type == "module" and name.in_builtin_module() and not str(name.module_path or "").endswith(".pyi"):
+            return True
+    return False
+
+
+_DOT_NAME = re.compile(r"\.[ \t]*([A-Za-z_]\w*)")
+_SETS_ATTRIBUTES = re.compile(r"\b(?:setattr|vars)[ \t]*\(|\.__dict__\b")
+
+
+def _instance_hints(code: str, script, completions, line: int, column: int) -> frozenset[str] | None:
+    """Attributes an instance (or class) of a Python class may get from outside its class body:
+    every name written after a ``.`` in the document (``obj.extra = 1`` anywhere, R4's hints).
+    Empty for objects of builtin types and classes with ``__slots__`` (closed); None (open) when
+    the document sets attributes by name (``setattr``, ``vars()``, ``__dict__``)."""
+    if any(c.name == "__slots__" for c in completions):
+        return frozenset()
+    kinds = [(n.type, n.module_name) for n in script.infer(line, column)]
+    if all(module == "builtins" or kind not in ("instance", "class") for kind, module in kinds):
+        return frozenset()
+    if _SETS_ATTRIBUTES.search(code):
+        return None
+    return frozenset(_DOT_NAME.findall(code))
+
+
 def _jedi_members(code: str, offset: int, path: str | None) -> frozenset[str] | None:
+    """Attribute names after the ``.`` at ``offset - 1``; None when unresolved or open (see
+    :func:`_open_object`)."""
     try:
         line, column = _line_col(code, offset)
         with _JEDI_LOCK:
-            names = frozenset(c.name for c in _script(code, path).complete(line, column))
+            script = _script(code, path)
+            completions = script.complete(line, column)
+            if _open_object(script, completions, line, max(0, column - 1)):
+                return None
+            hints = _instance_hints(code, script, completions, line, max(0, column - 1))
+            if hints is None:
+                return None
+            names = frozenset(c.name for c in completions) | hints
     except Exception:
         log.debug("jedi could not list members at %d in %s", offset, path, exc_info=True)
         return None
