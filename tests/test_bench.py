@@ -1,4 +1,4 @@
-"""``fsm-complete bench``: the ``slots`` task kind (engine/bench_slots.py) and its metrics."""
+"""``fsm-complete bench``: the ``slots`` task kind (lab/bench_slots.py) and its metrics."""
 
 from __future__ import annotations
 
@@ -8,16 +8,9 @@ import json
 import pytest
 
 from engine.api import Completion
-from engine.bench import (
-    ALL_KINDS,
-    add_bench_parser,
-    completion_row,
-    parse_kinds,
-    sample_all,
-    summarize,
-    write_report,
-)
-from engine.bench_slots import (
+from fsm_complete.cli import add_bench_parser
+from lab.bench import completion_row, sample_all, summarize, write_report
+from lab.bench_slots import (
     call_keywords,
     find_calls,
     make_task,
@@ -26,6 +19,7 @@ from engine.bench_slots import (
     slot_files,
     slot_metrics,
 )
+from lab.tasks import ALL_KINDS, parse_kinds
 
 SRC = '''import requests as rq
 from subprocess import run
@@ -182,7 +176,8 @@ def test_kinds_option():
     with pytest.raises(ValueError, match="choose from line,args,block,slots"):
         parse_kinds("line,calls")
     parser = argparse.ArgumentParser()
-    add_bench_parser(parser.add_subparsers())
+    bench = add_bench_parser(parser.add_subparsers())
+    assert ",".join(ALL_KINDS) in bench.format_help()  # the front door's help names the lab's kinds
     args = parser.parse_args(["bench", "--kinds", "slots", "--exactness", "--mutants", "5"])
     assert (args.kinds, args.exactness, args.mutants) == ("slots", True, 5)
     with pytest.raises(SystemExit):

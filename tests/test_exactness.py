@@ -1,5 +1,5 @@
 """Exactness the other way: mutated real lines, and how the FSM's masks treat them
-(``engine/exactness.py``, ``fsm-complete bench --exactness``)."""
+(``lab/exactness.py``, ``fsm-complete bench --exactness``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.exactness import (
+from engine.fsm import PythonGuide, TokenIndex
+from engine.pylex import Lex
+from engine.vocab import Vocabulary
+from lab.exactness import (
     LEXICAL,
     MUTATIONS,
     Mutant,
@@ -19,9 +22,6 @@ from engine.exactness import (
     run_exactness,
     sample_mutants,
 )
-from engine.fsm import PythonGuide, TokenIndex
-from engine.pylex import Lex
-from engine.vocab import Vocabulary
 
 SRC = '''import os
 

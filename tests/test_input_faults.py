@@ -95,7 +95,7 @@ def test_r8_decode_source_errors_carry_the_fix(data):
 
 
 def test_r8_corpora_read_declared_encodings(tmp_path):
-    from engine.train import corpus_files
+    from lab.corpus import corpus_files
 
     (tmp_path / "latin.py").write_bytes(R8_TEXT.replace("os.pa\n", "os.path\n").encode("latin-1"))
     (tmp_path / "broken.py").write_bytes(b"x = '\xfc'\n")  # no declaration, not UTF-8: skipped

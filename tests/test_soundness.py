@@ -17,8 +17,8 @@ from engine.fsm import (
 )
 from engine.pylex import Lex
 from engine.settings import DEFAULT_MODEL_DIR
-from engine.train import held_out_files
 from engine.vocab import from_hf_tokenizer
+from lab.corpus import held_out_files
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ rejects are kept. Mutation kinds (:data:`MUTATIONS`):
   reported on its own and left out of the ``lexical`` total.
 
 Indentation mutations skip tab-indented lines. Each mutant is replayed from the lexer state at the
-start of its mutated line (the real prefix, lexed with :class:`engine.pylex.Lex`): the rest of the
+start of its mutated line (the real prefix, lexed with :class:`engine.lexing.Lex`): the rest of the
 mutant document is tokenized with the model's tokenizer and fed token by token to a
 :class:`engine.fsm.PythonGuide`, checking ``allowed_mask()`` before each ``advance``. Outcomes:
 
@@ -48,9 +48,8 @@ from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
 
-from . import pylex
-from .pylex import Complex, Lex, Reject
-from .text import read_source
+from engine.lexing import Complex, Lex, Reject, automaton
+from engine.text import read_source
 
 MUTATIONS = ("missing_colon", "stray_dedent", "missing_indent", "unexpected_indent", "unclosed_bracket",
              "extra_closer", "misspelt_keyword")
@@ -101,7 +100,7 @@ def mutation_sites(text: str) -> dict[str, list[tuple[int, str]]]:
     skip = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
     for i, tok in enumerate(toks):
         if tok.type == tokenize.INDENT:
-            levels.append(pylex.indent_width(tok.string))
+            levels.append(automaton.indent_width(tok.string))
         elif tok.type == tokenize.DEDENT:
             levels.pop()
         if tok.type in skip or tok.type == tokenize.ENDMARKER:
@@ -112,7 +111,7 @@ def mutation_sites(text: str) -> dict[str, list[tuple[int, str]]]:
             at_start = False
             ws = _leading_ws(line)
             body = line[len(ws):]
-            width = pylex.indent_width(ws)
+            width = automaton.indent_width(ws)
             if "\t" not in ws and "\f" not in ws and col == len(ws):
                 if prev_opener and len(levels) >= 2:
                     out["missing_indent"].append((row - 1, " " * levels[-2] + body))
@@ -198,7 +197,7 @@ def file_complete(guide) -> bool:
     """True when the guide's text may end the file: :meth:`PythonGuide.is_accepting`, no open
     bracket, not inside a string (an unterminated triple-quoted one)."""
     st = guide.state
-    return guide.is_accepting() and not st.brackets and st.mode not in (pylex.STR, pylex.STR_OPEN1)
+    return guide.is_accepting() and not st.brackets and st.mode not in (automaton.STR, automaton.STR_OPEN1)
 
 
 def _first_bad_byte(state: Lex, data: bytes) -> int:
@@ -221,7 +220,7 @@ def replay(mutant: Mutant, encode, index, memo=None) -> dict:
     rejected character (None unless caught by a mask), ``disagreements`` = tokens where
     ``allowed_mask()`` and ``advance`` disagreed (0 when the index is exact).
     """
-    from .fsm import MaskMemo, PythonGuide, detect_indent_style
+    from engine.fsm import MaskMemo, PythonGuide, detect_indent_style
 
     lines = mutant.text.splitlines(keepends=True)
     prefix = "".join(lines[: mutant.line])
@@ -320,10 +319,11 @@ def run_exactness(args) -> dict:
     """``fsm-complete bench --exactness``: sample mutants, replay them, write the report."""
     from transformers import AutoTokenizer
 
-    from .fsm import MaskMemo, TokenIndex, default_cache_dir
-    from .settings import DEFAULT_MODEL_DIR
-    from .train import corpus_files, held_out_files
-    from .vocab import from_hf_tokenizer
+    from engine.fsm import MaskMemo, TokenIndex, default_cache_dir
+    from engine.settings import DEFAULT_MODEL_DIR
+    from engine.vocab import from_hf_tokenizer
+
+    from .corpus import corpus_files, held_out_files
 
     model_dir = Path(args.model).expanduser() if getattr(args, "model", None) else DEFAULT_MODEL_DIR
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)

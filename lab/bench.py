@@ -7,7 +7,7 @@ library files of the default model; ``--corpus DIR`` for any directory). Kinds:
 * ``args``  — cursor right after the ``(`` of a single-line call; target = its argument list;
 * ``block`` — cursor after the indentation of the first line of a block body; target = the body;
 * ``slots`` — cursor inside the argument list of a real ``requests``/``httpx``/``subprocess.run``/
-  ``open``/``yaml.load`` call; target = the rest of the argument list (:mod:`engine.bench_slots`:
+  ``open``/``yaml.load`` call; target = the rest of the argument list (:mod:`lab.bench_slots`:
   corpus, cursor rule, and the ``slot_violations``/``unknown_keywords`` metrics).
 
 ``--kinds`` picks the kinds (default: ``line,args,block``, plus ``slots`` when its corpus has such
@@ -19,7 +19,7 @@ unconstrained. ``syntax_valid`` counts the tasks (whose original file parses) wh
 document parses with CPython's ``ast``. Latencies are engine end to end (prompt building to
 validated text), in ms. ``--tokenizer qwen`` measures the FSM alone on Qwen2.5-Coder's 151k-token
 vocabulary (table build, cache load, per-token mask time while replaying files).
-``--exactness`` measures the FSM alone on mutated real lines (:mod:`engine.exactness`): how many
+``--exactness`` measures the FSM alone on mutated real lines (:mod:`lab.exactness`): how many
 invalid files the masks let through.
 """
 
@@ -28,114 +28,15 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-import random
 import resource
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .text import read_source
-
-KINDS = ("line", "args", "block")  # sampled by :func:`sample_tasks`
-ALL_KINDS = KINDS + ("slots",)  # slots: :mod:`engine.bench_slots`
-
-
-@dataclass
-class Task:
-    kind: str
-    path: str
-    prefix: str
-    target: str
-    suffix: str
-    parses: bool
-
-
-# ------------------------------------------------------------------------------------------------
-# task sampling
-
-
-def _utf8_col_to_index(line: str, col: int) -> int:
-    return len(line.encode("utf-8")[:col].decode("utf-8", "ignore"))
-
-
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            starts.append(i + 1)
-    return starts
-
-
-def spans_for_file(text: str, rng: random.Random) -> dict[str, list[tuple[int, int]]]:
-    """Candidate target spans ``(start, end)`` (code-point offsets) of each kind in one file's text;
-    empty when the file does not parse."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return {k: [] for k in KINDS}
-    lines = text.split("\n")
-    starts = _line_starts(text)
-    out: dict[str, list[tuple[int, int]]] = {k: [] for k in KINDS}
-    string_lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)) and node.end_lineno > node.lineno:
-            string_lines.update(range(node.lineno, node.end_lineno + 1))
-    for i, line in enumerate(lines):  # line: from a random column to the end of the line
-        code = line.strip()
-        if not code or code.startswith("#") or (i + 1) in string_lines or len(code) < 4:
-            continue
-        indent = len(line) - len(line.lstrip())
-        if len(line) - 1 > indent + 1:
-            col = rng.randint(indent + 1, len(line) - 1)
-            out["line"].append((starts[i] + col, starts[i] + len(line)))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and node.lineno == node.end_lineno and (node.args or node.keywords):
-            line = lines[node.lineno - 1]  # args: between the call's parentheses
-            fend = _utf8_col_to_index(line, node.func.end_col_offset)
-            cend = _utf8_col_to_index(line, node.end_col_offset)
-            if node.func.end_lineno == node.lineno and fend < len(line) and line[fend] == "(" and line[cend - 1] == ")":
-                if line[fend + 1 : cend - 1].strip():
-                    out["args"].append((starts[node.lineno - 1] + fend + 1, starts[node.lineno - 1] + cend - 1))
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While, ast.If, ast.With, ast.Try)) \
-                and isinstance(body, list) and body:
-            first, last = body[0], body[-1]  # block: a body of at most 8 lines, after its indentation
-            if first.lineno <= node.lineno or last.end_lineno - first.lineno > 7:
-                continue
-            if not lines[first.lineno - 2].rstrip().endswith(":"):
-                continue
-            line = lines[first.lineno - 1]
-            indent = len(line) - len(line.lstrip())
-            out["block"].append((starts[first.lineno - 1] + indent,
-                                 starts[last.end_lineno - 1] + len(lines[last.end_lineno - 1])))
-    return out
-
-
-def sample_tasks(files: list[Path], n: int, seed: int, kinds=KINDS) -> list[Task]:
-    """``n`` tasks, kinds in equal shares, deterministic for ``seed``."""
-    rng = random.Random(seed)
-    pools: dict[str, list[tuple[int, int, int]]] = {k: [] for k in kinds}
-    texts: list[str] = []
-    for path in files:
-        try:
-            text = read_source(path)
-        except (OSError, ValueError):
-            text = ""
-        texts.append(text)
-        for k, spans in spans_for_file(text, rng).items():
-            if k in pools:
-                pools[k].extend((len(texts) - 1, a, b) for a, b in spans)
-    tasks: list[Task] = []
-    for i, k in enumerate(kinds):
-        share = n // len(kinds) + (1 if i < n % len(kinds) else 0)
-        for f, a, b in rng.sample(pools[k], min(share, len(pools[k]))):
-            text = texts[f]
-            tasks.append(Task(k, str(files[f]), text[:a], text[a:b], text[b:], True))
-    return tasks
-
+from .bench_slots import add_slot_fields, report_lines, ruff_version, sample_slot_tasks, slot_files, summarize_slots
+from .tasks import ALL_KINDS, Task, parse_kinds, sample_tasks
 
 # ------------------------------------------------------------------------------------------------
 # metrics
@@ -190,8 +91,6 @@ def summarize(rows: list[dict]) -> dict:
     out["by_kind"] = {k: block([r for r in rows if r["kind"] == k]) for k in ALL_KINDS
                       if any(r["kind"] == k for r in rows)}
     if "slots" in out["by_kind"]:
-        from .bench_slots import summarize_slots
-
         slots = summarize_slots([r for r in rows if r["kind"] == "slots"])
         out["by_kind"]["slots"].update(slots)
         for key in ("slot_violations", "slot_violations_original", "unknown_keywords", "unknown_keywords_original"):
@@ -204,7 +103,7 @@ def _request(task: Task, **kw):
     sends it: static resolution of callees and ``pyproject.toml`` policy depend on it)."""
     import dataclasses
 
-    from .api import CompletionRequest
+    from engine.api import CompletionRequest
 
     if "path" in {f.name for f in dataclasses.fields(CompletionRequest)}:
         kw["path"] = task.path
@@ -232,8 +131,6 @@ def completion_row(task: Task, res) -> dict:
         "target": task.target,
     }
     if task.kind == "slots":
-        from .bench_slots import add_slot_fields
-
         add_slot_fields(row, task, doc)
     return row
 
@@ -288,8 +185,6 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
         ck, uk = c["by_kind"][k], u["by_kind"][k]
         lines.append(f"| {k} | {ck['n']} | {ck['syntax_valid']} | {uk['syntax_valid']} | {ck['exact_match']} | "
                      f"{uk['exact_match']} |")
-    from .bench_slots import report_lines
-
     lines += report_lines(report)
     lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", ""]
     (out / "report.md").write_text("\n".join(lines))
@@ -335,33 +230,11 @@ def _plots(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
 
 
 def corpus(args) -> list[Path]:
-    from .train import corpus_files, held_out_files
+    from .corpus import corpus_files, held_out_files
 
     if args.corpus:
         return corpus_files(Path(args.corpus))
     return held_out_files()
-
-
-def parse_kinds(spec: str | None) -> tuple[list[str], bool]:
-    """``(kinds, slots_optional)`` from ``--kinds`` (comma-separated); None: the default, where
-    ``slots`` is dropped when its corpus has no call. Raises ValueError naming the valid kinds."""
-    if spec is None:
-        return list(ALL_KINDS), True
-    kinds = [k.strip() for k in spec.split(",") if k.strip()]
-    bad = [k for k in kinds if k not in ALL_KINDS]
-    if bad or not kinds:
-        raise ValueError(f"--kinds: unknown kind(s) {bad or spec!r}; choose from {','.join(ALL_KINDS)}")
-    return list(dict.fromkeys(kinds)), False
-
-
-def _kinds_arg(spec: str) -> str:
-    import argparse
-
-    try:
-        parse_kinds(spec)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return spec
 
 
 def sample_all(args) -> tuple[list[Task], dict]:
@@ -370,8 +243,6 @@ def sample_all(args) -> tuple[list[Task], dict]:
     meta: dict = {}
     slot_tasks: list = []
     if "slots" in kinds:
-        from .bench_slots import ruff_version, sample_slot_tasks, slot_files
-
         files = slot_files(args.corpus)
         share = args.tasks // len(kinds) + (1 if kinds.index("slots") < args.tasks % len(kinds) else 0)
         slot_tasks, found = sample_slot_tasks(files, share, args.seed)
@@ -393,16 +264,16 @@ def run_bench(args, lsp_timer=None) -> dict:
     """Run the benchmark and write the report. ``lsp_timer(tasks, constrained) -> ([ms], [ms])``
     (optional) times the same tasks through a real server process, cold and after typing one
     character (provided by the LSP layer). With
-    ``--exactness`` only the FSM exactness measurement runs (:func:`engine.exactness.run_exactness`)."""
+    ``--exactness`` only the FSM exactness measurement runs (:func:`lab.exactness.run_exactness`)."""
     if getattr(args, "exactness", False):
         from .exactness import run_exactness
 
         return run_exactness(args)
     from tqdm import tqdm
 
-    from .api import CompletionRequest
-    from .complete import Engine
-    from .settings import Settings
+    from engine.api import CompletionRequest
+    from engine.complete import Engine
+    from engine.settings import Settings
 
     settings = Settings()
     if args.model:
@@ -450,29 +321,6 @@ def run_bench(args, lsp_timer=None) -> dict:
             report[mode]["lsp_warm_latency_ms_p50"] = _pct(warm, 50)
     write_report(report, rows, Path(args.out))
     return report
-
-
-def add_bench_parser(sub):
-    sp = sub.add_parser("bench", help="measure validity and speed, constrained vs unconstrained")
-    sp.add_argument("--tasks", type=int, default=200)
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--out", default="bench-out")
-    sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files)")
-    sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
-    sp.add_argument("--device", help="auto, cpu, cuda")
-    sp.add_argument("--decoder", choices=["auto", "transformers"],
-                    help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints (default); transformers: always")
-    sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
-    sp.add_argument("--tokenizer", choices=["default", "qwen"], default="default",
-                    help="qwen: FSM-only measurement on Qwen2.5-Coder's 151k vocabulary")
-    sp.add_argument("--kinds", type=_kinds_arg, help=f"comma-separated task kinds from {','.join(ALL_KINDS)} (default: "
-                    "line,args,block, plus slots when the slot corpus has calls)")
-    sp.add_argument("--exactness", action="store_true",
-                    help="FSM only, no model: how many mutated (non-compiling) real files the masks let through "
-                         "(exactness.json and report.md in --out)")
-    sp.add_argument("--mutants", type=int, default=60, help="--exactness: mutants per mutation kind (default 60)")
-    return sp
-
 
 
 def print_summary(report: dict) -> None:

@@ -16,20 +16,20 @@ on restart. The loss log is ``work_dir/train_log.jsonl`` (one JSON object per lo
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import math
 import os
 import sys
-import sysconfig
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .text import read_source
+from engine.settings import DEFAULT_MODEL_DIR
+from engine.text import read_source
+
+from .corpus import split_corpus, stdlib_dir
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>"]
 EOS, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD = SPECIAL_TOKENS
@@ -39,7 +39,7 @@ EOS, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD = SPECIAL_TOKENS
 class TrainConfig:
     """Hyper-parameters of ``fsm-complete train``; every field has the default used for the shipped model."""
 
-    out_dir: str = str(Path(__file__).parent / "data" / "default-model")
+    out_dir: str = str(DEFAULT_MODEL_DIR)
     work_dir: str = "runs/train"
     corpus_dir: str = ""  # empty: the CPython standard library of the running interpreter
     seed: int = 0
@@ -64,54 +64,6 @@ class TrainConfig:
     eval_windows: int = 96
     threads: int = 0  # 0: torch default
     extra: dict = field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------------------------
-# corpus
-
-
-def stdlib_dir() -> Path:
-    """The standard-library source directory of the running interpreter."""
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def corpus_files(root: Path) -> list[Path]:
-    """Every ``*.py`` file below ``root`` that decodes as CPython reads it (PEP 263, :func:`read_source`)
-    and parses with this Python, sorted.
-
-    ``site-packages`` is skipped (third-party code under other licences).
-    """
-    files = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if "site-packages" in rel or "dist-packages" in rel:
-            continue
-        try:
-            text = read_source(path)
-            ast.parse(text)
-        except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):
-            continue
-        if text.strip():
-            files.append(path)
-    return files
-
-
-def is_held_out(rel_path: str, percent: int = 5) -> bool:
-    """Deterministic hold-out split: ``percent`` % of files by the SHA-1 of their relative path."""
-    return int(hashlib.sha1(rel_path.encode()).hexdigest(), 16) % 100 < percent
-
-
-def split_corpus(root: Path, percent: int = 5) -> tuple[list[Path], list[Path]]:
-    """``(train, held_out)`` file lists of :func:`corpus_files` under ``root``."""
-    train, held = [], []
-    for path in corpus_files(root):
-        (held if is_held_out(path.relative_to(root).as_posix(), percent) else train).append(path)
-    return train, held
-
-
-def held_out_files(root: Path | None = None, percent: int = 5) -> list[Path]:
-    """The evaluation files of the default model (the held-out 5 % of the standard library)."""
-    return split_corpus(root or stdlib_dir(), percent)[1]
 
 
 # ----------------------------------------------------------------------------------------------

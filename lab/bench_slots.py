@@ -50,8 +50,9 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .bench import Task, _line_starts, _utf8_col_to_index
-from .text import read_source
+from engine.text import read_source
+
+from .tasks import Task, line_starts, utf8_col_to_index
 
 SLOT_RULES = ("S113", "PLW1510", "PLW1514", "S506")
 # PLW1514 (unspecified-encoding) is a preview rule in ruff 0.17: without --preview it is ignored
@@ -179,10 +180,10 @@ def find_calls(text: str) -> list[CallSite]:
     shadowed = _module_bindings(tree) | set(aliases)
     in_fstring = _fstring_nodes(tree)
     lines = text.split("\n")
-    starts = _line_starts(text)
+    starts = line_starts(text)
 
     def offset(lineno: int, col: int) -> int:
-        return starts[lineno - 1] + _utf8_col_to_index(lines[lineno - 1], col)
+        return starts[lineno - 1] + utf8_col_to_index(lines[lineno - 1], col)
 
     out = []
     for node in ast.walk(tree):
@@ -316,7 +317,7 @@ def ruff_diagnostics(text: str) -> list[dict]:
                               check=False, cwd=tmp)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"ruff failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
-    starts = _line_starts(text)
+    starts = line_starts(text)
     out = []
     for d in json.loads(proc.stdout or "[]"):
         if d.get("code") not in SLOT_RULES:
@@ -340,10 +341,10 @@ def call_keywords(doc: str, call_start: int, open_paren: int) -> tuple[list[str]
         tree = None
     if tree is not None:
         lines = doc.split("\n")
-        starts = _line_starts(doc)
+        starts = line_starts(doc)
 
         def offset(lineno: int, col: int) -> int:
-            return starts[lineno - 1] + _utf8_col_to_index(lines[lineno - 1], col)
+            return starts[lineno - 1] + utf8_col_to_index(lines[lineno - 1], col)
 
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and offset(node.lineno, node.col_offset) == call_start \
@@ -351,7 +352,7 @@ def call_keywords(doc: str, call_start: int, open_paren: int) -> tuple[list[str]
                 return [k.arg for k in node.keywords if k.arg], offset(node.end_lineno, node.end_col_offset), "ast"
     names: list[str] = []
     depth, prev, pending, end = 0, None, None, open_paren + 1
-    base = _line_starts(doc[open_paren:])
+    base = line_starts(doc[open_paren:])
     try:
         for tok in tokenize.generate_tokens(io.StringIO(doc[open_paren:]).readline):
             if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
@@ -381,7 +382,7 @@ def signature_of(task: SlotTask):
     """The task's :class:`CallSpec` (memoised on the task): resolved on the document the engine
     sees (the file with the target removed) at the cursor."""
     if "spec" not in task.original:
-        from .signatures import resolve_call
+        from engine.signatures import resolve_call
 
         task.original["spec"] = resolve_call(task.prefix + task.suffix, len(task.prefix), path=task.path)
     return task.original["spec"]

@@ -1,0 +1,326 @@
+"""The ``fsm-complete`` command, the product's front door: ``serve``, ``complete``, ``explain``, and the
+lab's ``fingerprint-stats``, ``train`` and ``bench``.
+
+Every subcommand's flags are declared here; what a subcommand runs is imported when it runs, so
+``complete``/``explain``/``serve`` load only the engine and the server, and the lab (:mod:`lab`:
+benchmarks, training, corpus statistics) is imported only by its own three subcommands.
+stdout carries only results (the completion text, JSON, or the LSP protocol for ``serve``); logs
+and progress go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+
+def _settings(args):
+    from engine.settings import Settings
+
+    s = Settings()
+    if getattr(args, "model", None):
+        s.model.path = args.model
+    if getattr(args, "device", None):
+        s.model.device = args.device
+    if getattr(args, "dtype", None):
+        s.model.dtype = args.dtype
+    if getattr(args, "decoder", None):
+        s.model.decoder = args.decoder
+    return s
+
+
+def parse_location(spec: str) -> tuple[str, int, int]:
+    """``FILE:LINE:COL`` (1-based line and column, as in compiler messages) -> ``(file, line, col)``.
+
+    Raises ValueError with the expected form.
+    """
+    parts = spec.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValueError(f"expected FILE:LINE:COL with 1-based numbers, got {spec!r}")
+    file, line, col = parts[0], int(parts[1]), int(parts[2])
+    if line < 1 or col < 1:
+        raise ValueError(f"LINE and COL are 1-based, got {line}:{col}")
+    return file, line, col
+
+
+def offset_of(text: str, line: int, col: int) -> int:
+    """Code-point offset of 1-based ``line``/``col`` in ``text``; clamped to the line's end and the
+    document's end (a column past the end of a line means the end of that line)."""
+    starts = [0]
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\r" and i + 1 < n and text[i + 1] == "\n":
+            i += 1
+        if ch in "\r\n":
+            starts.append(i + 1)
+        i += 1
+    if line > len(starts):
+        return n
+    start = starts[line - 1]
+    end = starts[line] if line < len(starts) else n
+    line_text = text[start:end].rstrip("\r\n")
+    return start + min(col - 1, len(line_text))
+
+
+def _complete_at(args):
+    """Run one completion at ``args.location``; ``(exit code, text, offset, Completion, Engine)``."""
+    from engine.api import CompletionRequest
+    from engine.complete import Engine
+    from engine.errors import ModelError
+    from engine.text import decode_source
+
+    try:
+        file, line, col = parse_location(args.location)
+    except ValueError as exc:
+        print(f"fsm-complete {args.command}: {exc}", file=sys.stderr)
+        return 2, None, 0, None, None
+    try:
+        if file in ("-", STDIN):
+            data = sys.stdin.buffer.read()
+        else:
+            data = Path(file).read_bytes()
+        text = decode_source(data)  # PEP 263 / 3120, as CPython reads the file
+    except (OSError, ValueError) as exc:
+        print(f"fsm-complete {args.command}: cannot read {file}: {exc}", file=sys.stderr)
+        return 2, None, 0, None, None
+    offset = offset_of(text, line, col)
+    settings = _settings(args)
+    if getattr(args, "required_arguments", None):
+        settings.constraints.required_arguments = args.required_arguments
+    engine = Engine(settings)
+    try:
+        engine.load()
+        req = CompletionRequest(prefix=text[:offset], suffix=text[offset:], constraints=not args.no_constraints,
+                                multiline=args.multiline, max_tokens=args.max_tokens, temperature=args.temperature,
+                                seed=args.seed, path=None if file in ("-", STDIN) else str(Path(file).resolve()))
+        result = engine.complete(req)
+    except ModelError as exc:
+        print(f"fsm-complete: {exc}", file=sys.stderr)
+        return 1, None, 0, None, None
+    finally:
+        engine.save_tables()
+    return 0, text, offset, result, engine
+
+
+def cmd_explain(args) -> int:
+    from engine.explain import explanation, to_markdown
+
+    code, _text, _offset, result, engine = _complete_at(args)
+    if code:
+        return code
+    record = explanation(result, engine.index.size, engine.model_name)
+    print(json.dumps(record, indent=2, ensure_ascii=False) if args.json else to_markdown(record))
+    return 0
+
+
+def cmd_complete(args) -> int:
+    code, text, offset, result, engine = _complete_at(args)
+    if code:
+        return code
+    if args.json:
+        end = offset + result.replace_suffix
+        end_line = text.count("\n", 0, end) + 1
+        end_col = end - (max(text.rfind("\n", 0, end), text.rfind("\r", 0, end)) + 1) + 1
+        start_line = text.count("\n", 0, offset) + 1
+        start_col = offset - (max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1) + 1
+        item = {
+            "text": result.text,
+            "range": {"start": {"line": start_line, "column": start_col}, "end": {"line": end_line, "column": end_col}},
+            "constrained": not args.no_constraints,
+            "multiline": result.multiline,
+            "stop_reason": result.stop_reason,
+            "validation": result.validation,
+            "tokens": result.tokens,
+            "prompt_tokens": result.prompt_tokens,
+            "reused_tokens": result.reused_tokens,
+            "fuses": result.fuses,
+            "timings_ms": result.timings_ms,
+            "model": engine.model_name,
+            "trace": result.trace,
+        }
+        print(json.dumps(item, indent=2, ensure_ascii=False))
+    else:
+        sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from lsp_server.server import serve
+
+    tcp = None
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not host or not port.isdigit():
+            print(f"fsm-complete serve: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
+            return 2
+        tcp = (host, int(port))
+    settings = _settings(args)
+    if args.log_level:
+        settings.log_level = args.log_level
+    return serve(settings, tcp=tcp, log_file=args.log_file)
+
+
+def cmd_train(args) -> int:
+    from lab.train import TrainConfig, train
+
+    cfg = TrainConfig()
+    for name in ("work_dir", "out_dir", "corpus_dir", "seed", "steps", "batch_size", "threads"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(cfg, name, value)
+    train(cfg)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from lab import bench
+
+    if args.tokenizer == "qwen":
+        from lab.bench_vocab import run_qwen
+
+        report = run_qwen(args)
+    else:
+        timer = None
+        if args.lsp:
+            from lab.bench_lsp import lsp_latencies
+
+            def timer(tasks, constrained):
+                return lsp_latencies(tasks, constrained=constrained, model=args.model)
+
+        report = bench.run_bench(args, lsp_timer=timer)
+    bench.print_summary(report)
+    return 0
+
+
+def cmd_fingerprint_stats(args) -> int:
+    from lab.fingerprint_stats import cmd_fingerprint_stats
+
+    return cmd_fingerprint_stats(args)
+
+
+def _kinds_arg(spec: str) -> str:
+    """``bench --kinds``: checked by :func:`lab.tasks.parse_kinds` (imported only when the flag is given)."""
+    from lab.tasks import parse_kinds
+
+    try:
+        parse_kinds(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return spec
+
+
+def add_fingerprint_stats_parser(sub):
+    """Register ``fingerprint-stats DIR [--samples N] [--seed S] [--json]`` on an argparse
+    subparsers object; returns the subparser (its ``func`` default is :func:`cmd_fingerprint_stats`)."""
+    sp = sub.add_parser("fingerprint-stats",
+                        help="mean and variance of each fingerprint feature over random cursor positions in DIR")
+    sp.add_argument("dir", metavar="DIR", help="directory of .py files (searched recursively)")
+    sp.add_argument("--samples", type=int, default=2000, help="cursor positions to sample (default 2000)")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--json", action="store_true", help="the statistics as JSON instead of a table")
+    sp.set_defaults(func=cmd_fingerprint_stats)
+    return sp
+
+
+def add_bench_parser(sub):
+    """Register ``bench`` and its flags on an argparse subparsers object; returns the subparser
+    (its ``func`` default is :func:`cmd_bench`). The kinds are :data:`lab.tasks.ALL_KINDS`."""
+    sp = sub.add_parser("bench", help="measure validity and speed, constrained vs unconstrained")
+    sp.add_argument("--tasks", type=int, default=200)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", default="bench-out")
+    sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files)")
+    sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
+    sp.add_argument("--device", help="auto, cpu, cuda")
+    sp.add_argument("--decoder", choices=["auto", "transformers"],
+                    help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints (default); transformers: always")
+    sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
+    sp.add_argument("--tokenizer", choices=["default", "qwen"], default="default",
+                    help="qwen: FSM-only measurement on Qwen2.5-Coder's 151k vocabulary")
+    sp.add_argument("--kinds", type=_kinds_arg, help="comma-separated task kinds from line,args,block,slots (default: "
+                    "line,args,block, plus slots when the slot corpus has calls)")
+    sp.add_argument("--exactness", action="store_true",
+                    help="FSM only, no model: how many mutated (non-compiling) real files the masks let through "
+                         "(exactness.json and report.md in --out)")
+    sp.add_argument("--mutants", type=int, default=60, help="--exactness: mutants per mutation kind (default 60)")
+    sp.set_defaults(func=cmd_bench)
+    return sp
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fsm-complete", description="FSM-constrained Python code completion")
+    p.add_argument("--log-level", help="debug, info, warning, error (stderr; serve: also window/logMessage)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def model_opts(sp):
+        sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
+        sp.add_argument("--device", help="auto, cpu, cuda, cuda:N")
+        sp.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+        sp.add_argument("--decoder", choices=["auto", "transformers"],
+                        help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints, else transformers "
+                             "(default); transformers: always transformers")
+        sp.add_argument("--required-arguments", dest="required_arguments", metavar="PROFILE",
+                        help="required-argument policy profile: default, strict-http, off")
+
+    sp = sub.add_parser("serve", help="run the language server (stdio by default)")
+    sp.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    sp.add_argument("--log-file", help="write logs here instead of stderr")
+    model_opts(sp)
+    sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("complete", help="print the completion at FILE:LINE:COL (1-based; FILE '-' = stdin)")
+    sp.add_argument("location", metavar="FILE:LINE:COL")
+    sp.add_argument("--json", action="store_true", help="print the item with its range, timings (ms) and trace")
+    sp.add_argument("--no-constraints", action="store_true", help="unconstrained baseline from the same model")
+    sp.add_argument("--max-tokens", type=int)
+    sp.add_argument("--temperature", type=float)
+    sp.add_argument("--seed", type=int, default=0)
+    ml = sp.add_mutually_exclusive_group()
+    ml.add_argument("--multiline", dest="multiline", action="store_true", default=None)
+    ml.add_argument("--single-line", dest="multiline", action="store_false")
+    model_opts(sp)
+    sp.set_defaults(func=cmd_complete)
+
+    sp = sub.add_parser("explain", help="why the completion at FILE:LINE:COL is what it is: fingerprint, mode, "
+                                        "argument slots, masks per step, fuses, verdict")
+    sp.add_argument("location", metavar="FILE:LINE:COL")
+    sp.add_argument("--json", action="store_true", help="the record as JSON instead of Markdown")
+    model_opts(sp)
+    sp.set_defaults(func=cmd_explain, no_constraints=False, multiline=None, max_tokens=None, temperature=None, seed=0)
+
+    add_fingerprint_stats_parser(sub)
+
+    sp = sub.add_parser("train", help="train the default model (resumable; log in WORK_DIR/train_log.jsonl)")
+    sp.add_argument("--work-dir", dest="work_dir")
+    sp.add_argument("--out", dest="out_dir", help="where the finished checkpoint goes (default: the package's model)")
+    sp.add_argument("--corpus", dest="corpus_dir", help="directory of .py files (default: this Python's stdlib)")
+    sp.add_argument("--seed", type=int)
+    sp.add_argument("--steps", type=int)
+    sp.add_argument("--batch-size", dest="batch_size", type=int)
+    sp.add_argument("--threads", type=int)
+    sp.set_defaults(func=cmd_train)
+
+    add_bench_parser(sub)
+    return p
+
+
+STDIN = "\x00stdin"  # stands for FILE "-" while argparse reads the arguments
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # ``-:LINE:COL`` would look like an option to argparse
+    argv = [STDIN + a[1:] if a.startswith("-:") else a for a in argv]
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level or "warning").upper(), logging.WARNING), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
