@@ -6,6 +6,7 @@ offsets; line endings are normalised to ``\\n`` inside and restored on the way o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -26,7 +27,7 @@ from .fsm import (
     detect_indent_style,
 )
 from .settings import Settings
-from .text import dominant_eol, normalize_eol
+from .text import dominant_eol, normalize_eol, scalar_text
 from .validate import finish_line, judge, longest_valid
 
 log = logging.getLogger(__name__)
@@ -247,7 +248,7 @@ class Engine:
         if self.lm is None or not self._lock.acquire(blocking=False):
             return 0
         try:
-            prefix, suffix = normalize_eol(prefix).rstrip(" "), normalize_eol(suffix)
+            prefix, suffix = normalize_eol(scalar_text(prefix)).rstrip(" "), normalize_eol(scalar_text(suffix))
             if self.settings.constraints.enabled:
                 self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
             prompt = self.builder.build(prefix, suffix)
@@ -295,13 +296,25 @@ class Engine:
                                   semantics=old.semantics)
         return None
 
+    @staticmethod
+    def _scalar_request(req: CompletionRequest) -> CompletionRequest:
+        """``req`` with Unicode scalar values only in its prefix, suffix and path (the same object
+        when it had no surrogate)."""
+        prefix, suffix = scalar_text(req.prefix), scalar_text(req.suffix)
+        path = scalar_text(req.path) if req.path else req.path
+        if prefix is req.prefix and suffix is req.suffix and path is req.path:
+            return req
+        return dataclasses.replace(req, prefix=prefix, suffix=suffix, path=path)
+
     def complete(self, req: CompletionRequest) -> Completion:
         """Run one completion. Raises ModelError when no model is loaded or the model fails (e.g. OOM).
 
         Typing through a recent completion (see :meth:`_typed_through`) answers with its rest
-        without decoding (``typed_through`` > 0 in the result)."""
+        without decoding (``typed_through`` > 0 in the result). Lone surrogates in the texts and
+        the path become U+FFFD (:func:`engine.text.scalar_text`; offsets unchanged)."""
         if self.lm is None:
             raise ModelError(self.load_error or "the model is not loaded yet")
+        req = self._scalar_request(req)
         with self._lock:
             t0 = time.perf_counter()
             reuse = self._typed_through(req)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ModelError
+from .text import scalar_text
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,36 @@ def detect_template(vocab: dict[str, int], requested: str = "auto") -> FimTempla
                      "<PRE>); use a FIM-trained code model or set fim_template explicitly")
 
 
+def control_tokens(tokenizer) -> tuple[frozenset[int], tuple[str, ...]]:
+    """``(ids, strings)`` of the tokenizer's control tokens: its special tokens and every added
+    token (Qwen2.5's FIM markers are plain added tokens, not special ones). :mod:`engine.vocab`
+    treats the same ids as no text."""
+    ids = set(getattr(tokenizer, "all_special_ids", None) or [])
+    strings = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    try:
+        for i, added in tokenizer.added_tokens_decoder.items():
+            ids.add(int(i))
+            strings.add(str(getattr(added, "content", added)))
+    except (AttributeError, TypeError):
+        pass
+    return frozenset(ids), tuple(sorted((s for s in strings if s), key=len, reverse=True))
+
+
+def split_controls(text: str, controls: tuple[str, ...]) -> list[str]:
+    """``text`` cut into pieces none of which holds a whole string of ``controls``: each occurrence
+    is cut after its first character (``"a<|fim_middle|>b"`` -> ``["a<", "|fim_middle|>b"]``)."""
+    cuts = set()
+    for control in controls:
+        if len(control) < 2:
+            continue
+        at = text.find(control)
+        while at >= 0:
+            cuts.add(at + 1)
+            at = text.find(control, at + 1)
+    bounds = [0, *sorted(cuts), len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
 @dataclass
 class Prompt:
     ids: list[int]  # full prompt token ids
@@ -98,9 +129,25 @@ class PromptBuilder:
             raise ModelError(f"FIM template {template.family} does not match this tokenizer (missing {exc})") from exc
         self.stop_ids = tuple(sorted({vocab[t] for t in template.stop_tokens if t in vocab}
                                      | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())))
+        self.control_ids, self._control_strings = control_tokens(tokenizer)
 
     def _encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False) if text else []
+        """Document text -> ids; text is data, never control: no id of :attr:`control_ids` comes out
+        (a document holding ``"<|fim_middle|>"`` is encoded as the characters it is). Lone surrogates
+        are encoded as U+FFFD."""
+        if not text:
+            return []
+        text = scalar_text(text)
+        ids = self.tok.encode(text, add_special_tokens=False)
+        if self.control_ids.isdisjoint(ids):
+            return ids
+        out: list[int] = []
+        for piece in split_controls(text, self._control_strings):
+            part = self.tok.encode(piece, add_special_tokens=False)
+            if not self.control_ids.isdisjoint(part):  # matched after normalisation: character by character
+                part = [i for ch in piece for i in self.tok.encode(ch, add_special_tokens=False)]
+            out.extend(part)
+        return out
 
     def build(self, prefix: str, suffix: str) -> Prompt:
         """Prompt ids ``[PRE] prefix [SUF] suffix [MID]`` (PSM) or ``[PRE] [SUF] suffix [MID] prefix``

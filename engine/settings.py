@@ -3,6 +3,7 @@
 snake_case in Python, camelCase on the wire (``initializationOptions`` and
 ``workspace/didChangeConfiguration`` under the ``fsmComplete`` section). :func:`from_wire` never
 raises: invalid values fall back to their defaults and are reported in the returned problem list.
+Strings from the wire keep Unicode scalar values only (a lone surrogate becomes U+FFFD).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .text import scalar_text
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "default-model"
 
@@ -115,11 +118,11 @@ def _merge(obj, data, path: str, problems: list[str]) -> None:
                 problems.append(f"{where}: expected a non-negative number, got {value!r} (default kept)")
         elif isinstance(current, list):
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                setattr(obj, name, list(value))
+                setattr(obj, name, [scalar_text(v) for v in value])
             else:
                 problems.append(f"{where}: expected a list of strings, got {value!r} (default kept)")
         elif isinstance(current, str):
             if isinstance(value, str):
-                setattr(obj, name, value)
+                setattr(obj, name, scalar_text(value))
             else:
                 problems.append(f"{where}: expected a string, got {value!r} (default kept)")

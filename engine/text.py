@@ -1,13 +1,34 @@
 """Text helpers shared by the engine and the server: line endings (the one place that decides what a
 line break is, LSP 3.17+: ``\\n``, ``\\r\\n``, ``\\r``), the common prefix/suffix of two versions
-of a text (incremental lexing, parsing and edit tracking), and the one reader of Python source from
-disk (PEP 263 / PEP 3120)."""
+of a text (incremental lexing, parsing and edit tracking), the one reader of Python source from
+disk (PEP 263 / PEP 3120), and text made of Unicode scalar values only (:func:`scalar_text`)."""
 
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 from pathlib import Path
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scalar_text(text: str) -> str:
+    """``text`` with every surrogate code point (U+D800-U+DFFF) replaced by U+FFFD.
+
+    A Python ``str`` decoded from JSON keeps a lone UTF-16 surrogate (a broken paste, an escape such
+    as ``"\\ud83d"`` in a ``didOpen``; paired ones are joined into one character), and
+    ``surrogateescape`` leaves them in undecodable file names. They are no Unicode scalar values:
+    UTF-8 cannot encode them, so tokenizers, tree-sitter, jedi and log files fail on them. One code
+    point becomes one, and both are one UTF-16 code unit: positions in code points and in UTF-16
+    are unchanged. Returns ``text`` itself when it has none (one C-level scan)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
 
 
 def decode_source(data: bytes) -> str:

@@ -7,6 +7,9 @@ document is ignored (and reported to the caller), and nothing is ever read from 
 Changes follow LSP 3.17 ``TextDocumentContentChangeEvent``: a change with a ``range`` replaces that
 range (clamped like every position, see :mod:`lsp_server.convert`; a reversed range is normalised),
 a change without one replaces the whole text. Changes of one notification apply in order.
+
+Text is stored as Unicode scalar values: a lone UTF-16 surrogate that JSON let through becomes
+U+FFFD (:func:`engine.text.scalar_text`), one code unit for one, so positions do not move.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 
 from lsprotocol import types
 
-from engine.text import common_suffix
+from engine.text import common_suffix, scalar_text
 from lsp_server import convert
 
 logger = logging.getLogger(__name__)
@@ -46,16 +49,17 @@ class Document:
     def apply_change(self, change, encoding: str) -> None:
         """Apply one ``TextDocumentContentChangeEvent`` (incremental when it has a ``range``)."""
         range_ = getattr(change, "range", None)
+        text = scalar_text(change.text)
         if range_ is None:
-            old, new = self.text, change.text
+            old, new = self.text, text
             self.text = new
             self.edit_offset = len(new) - common_suffix(old, new)
         else:
             if (range_.end.line, range_.end.character) < (range_.start.line, range_.start.character):
                 logger.info("%s: reversed change range %s normalised", self.uri, range_)
             start, end = convert.to_engine_span(self.text, range_, encoding, self.starts)
-            self.text = self.text[:start] + change.text + self.text[end:]
-            self.edit_offset = start + len(change.text)
+            self.text = self.text[:start] + text + self.text[end:]
+            self.edit_offset = start + len(text)
         self._starts = None
 
 
@@ -76,7 +80,7 @@ class DocumentStore:
         return self._docs.get(uri)
 
     def open(self, item: types.TextDocumentItem) -> Document:
-        doc = Document(item.uri, item.text, item.version, item.language_id)
+        doc = Document(item.uri, scalar_text(item.text), item.version, item.language_id)
         self._docs[item.uri] = doc
         return doc
 

@@ -55,6 +55,7 @@ from pygls.protocol.json_rpc import (
 
 from engine import lexing
 from engine.settings import Settings, from_wire
+from engine.text import scalar_text
 from lsp_server import convert
 from lsp_server.document import Document, DocumentStore
 
@@ -385,7 +386,7 @@ class _ClientLogHandler(logging.Handler):
             if record.exc_info:
                 message += "\n" + self.formatter_or_default().formatException(record.exc_info)
             kind = next(t for level, t in self._TYPES if record.levelno >= level)
-            self._server.log_to_client(kind, message)
+            self._server.log_to_client(kind, scalar_text(message))
         except Exception:
             self.handleError(record)
 
@@ -1054,12 +1055,20 @@ def _custom_uri(params: Any, method: str) -> str:
 # --------------------------------------------------------------------------- entry point
 
 
+class _ScalarFormatter(logging.Formatter):
+    """Log lines of Unicode scalar values only: a lone surrogate from a document, a setting or a
+    URI becomes U+FFFD (a UTF-8 log file cannot hold it)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scalar_text(super().format(record))
+
+
 def configure_logging(level: str, log_file: str | None = None) -> None:
     """Log records to ``log_file`` or stderr (never stdout: it is the protocol channel)."""
     handler: logging.Handler = (
         logging.FileHandler(log_file, encoding="utf-8") if log_file else logging.StreamHandler(sys.stderr)
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_ScalarFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)  # libraries: warnings and errors only

@@ -1,7 +1,9 @@
 """Faults from real reports (issue 16): input that is not what the happy path expects.
 
-R8 (source encodings, PEP 263), R9 (ids the tokenizer cannot decode), R10 (CPython's error position), through the real ``fsm-complete``
-command and the real embedded model; the buffers of the cases are copies of those in
+R7 (text that is not Unicode scalar values), R8 (source encodings, PEP 263), R9 (ids the tokenizer
+cannot decode), R10 (CPython's error position), R11 (document text that looks like a control
+token), through the real server (raw pipes, ``tests/lsp_raw.py``), the real ``fsm-complete`` command
+and the real embedded model; the buffers of the cases are copies of those in
 ``shared/cases/real-reports/`` (cursor positions from its table).
 """
 
@@ -27,7 +29,7 @@ CLI = [sys.executable, "-m", "lsp_server.cli"]
 
 def complete(path: Path, line: int, col: int, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, "complete", f"{path}:{line}:{col}", "--json", *extra],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
 
 
 def applied(text: str, line: int, col: int, item: dict) -> str:
@@ -174,3 +176,156 @@ def test_r9_sampled_ids_are_always_text_or_a_stop(qwen_shaped, constraints):
         assert all(i < len(tok) for i in ids)  # no padding row
         assert not control & set(ids)  # no control id as text
     assert seen >= 8
+
+
+# -- R7: lone surrogates (JSON lets "\ud83d" through) become U+FFFD, positions unchanged ------------------
+
+R7_TEXT = 'import os\n\ns = "\ud83d"\nos.pa\n'  # json.dumps sends the surrogate as the escape \ud83d
+
+
+@pytest.fixture(scope="module")
+def r7_server(tmp_path_factory):
+    """A raw-pipe server whose settings (a domain word) and log file meet lone surrogates too."""
+    from lsp_raw import RawServer
+
+    log = tmp_path_factory.mktemp("r7") / "server.log"
+    server = RawServer([sys.executable, "-m", "lsp_server", "--log-file", str(log)])
+    try:
+        server.initialize({"window": {"workDoneProgress": True}},
+                          {"fsmComplete": {"logLevel": "debug", "generation": {"maxTokens": 16},
+                                           "constraints": {"domainVocabulary": ["pa\udfffth"]}}})
+        server.wait_model_loaded()
+        server.log = log
+        yield server
+    finally:
+        server.kill()
+
+
+def r7_open(server, uri: str, text: str) -> None:
+    server.notify("textDocument/didOpen",
+                  {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
+
+
+def r7_ask(server, method: str, uri: str, line: int, character: int) -> dict:
+    params = {"textDocument": {"uri": uri}, "position": {"line": line, "character": character}}
+    if method == "textDocument/inlineCompletion":
+        params["context"] = {"triggerKind": 1}
+    reply = server.call(method, params, timeout=120)
+    assert "error" not in reply, reply
+    return reply["result"]
+
+
+def test_r7_lone_surrogate_in_the_document_is_replaced_not_fatal(r7_server):
+    uri = "file:///tmp/r7/case.py"
+    r7_open(r7_server, uri, R7_TEXT)
+    inline = r7_ask(r7_server, "textDocument/inlineCompletion", uri, 3, 5)
+    assert inline["items"] and inline["items"][0]["insertText"].startswith("th")  # not the tokenizer's TypeError
+    items = r7_ask(r7_server, "textDocument/completion", uri, 3, 5)["items"]
+    assert "path" in [item["label"] for item in items]  # jedi read the document
+    seen = r7_server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}})["result"]
+    assert seen["offset"] == len(R7_TEXT) - 1  # the same code-point offset as with the surrogate
+
+
+def test_r7_surrogates_typed_in_a_change_keep_positions(r7_server):
+    uri = "file:///tmp/r7/change.py"
+    r7_open(r7_server, uri, "import os\n\nos.pa\n")
+    # sibling: a low surrogate and a high one (a broken pair) typed before the cursor, in one change
+    r7_server.notify("textDocument/didChange", {
+        "textDocument": {"uri": uri, "version": 2},
+        "contentChanges": [{"range": {"start": {"line": 2, "character": 0}, "end": {"line": 2, "character": 0}},
+                            "text": 's = "\udc00\ud800"; '}]})
+    column = len('s = "xx"; os.pa')  # UTF-16 units: one per lone surrogate
+    items = r7_ask(r7_server, "textDocument/completion", uri, 2, column)["items"]
+    assert items, "the request failed"
+    edit = items[0]["textEdit"]
+    assert edit["range"]["end"] == {"line": 2, "character": column}
+    assert edit["range"]["start"]["line"] == 2 and edit["range"]["start"]["character"] <= column
+    seen = r7_server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}})["result"]
+    assert seen["offset"] == len('import os\n\ns = "xx"; os.pa')  # code points: one per surrogate, as before
+
+
+def test_r7_surrogates_in_uri_setting_and_logs(r7_server):
+    uri = "file:///tmp/r7/\udcff-name.py"  # sibling: a file name decoded with surrogateescape
+    r7_open(r7_server, uri, "import os\n\n# caf\ud800e\nos.pa\n")
+    assert r7_ask(r7_server, "textDocument/inlineCompletion", uri, 3, 5)["items"]
+    r7_server.call("shutdown")
+    r7_server.notify("exit")
+    assert r7_server.wait_exit() == 0
+    log = r7_server.log.read_text(encoding="utf-8")  # strict: the file holds valid UTF-8 only
+    assert "\ufffd" in log and "Logging error" not in log + r7_server.stderr_text()
+    assert "Traceback" not in log
+
+
+def test_r7_engine_request_texts_are_scalar(engine):
+    from engine.text import scalar_text
+
+    assert scalar_text("a\ud83db\udc00") == "a\ufffdb\ufffd" and scalar_text("x😀") == "x😀"
+    prefix = 'import os\n\ns = "\ud83d"\nos.pa'  # a library caller (CLI, bench) gives the engine such text
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix="\n", max_tokens=8, path="/tmp/\udcff.py"))
+    assert result.text
+
+
+# -- R11: document text is data, never control ----------------------------------------------------------
+
+R11_TEXT = ('STARCODER = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<|endoftext|>")\n'
+            'QWEN = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|endoftext|>", "<|file_sep|>")\n'
+            "\n\ndef build(prefix, suffix):\n    return QWEN[0] + prefix + QWEN[1] + suffix + \n")
+
+
+def prompt_control_ids(builder, prefix: str, suffix: str) -> list[int]:
+    return [i for i in builder.build(prefix, suffix).ids if i in builder.control_ids]
+
+
+def test_r11_case_control_strings_in_the_document_stay_text(engine):
+    cut = sum(len(line) + 1 for line in R11_TEXT.split("\n")[:5]) + 49  # R11.py:6:50
+    prefix, suffix = R11_TEXT[:cut], R11_TEXT[cut:]
+    b = engine.builder
+    assert prompt_control_ids(b, prefix, suffix) == [b.pre_id, b.suf_id, b.mid_id]  # the template's own, once
+
+
+def control_cases(builder) -> list[str]:
+    return [s for s in builder._control_strings if s]
+
+
+def test_r11_every_control_string_of_the_embedded_tokenizer(engine):
+    b = engine.builder
+    strings = control_cases(b)
+    assert len(strings) >= 5
+    own = sorted([b.pre_id, b.suf_id, b.mid_id])
+    for s in strings:  # in a string, in a comment, glued to code, twice, at both ends
+        for prefix, suffix in ((f'x = "{s}"\ny = ', "\n"), (f"# {s}{s}\nz = ", f" {s}"), (s, s + s)):
+            assert sorted(prompt_control_ids(b, prefix, suffix)) == own, s
+
+
+@pytest.mark.parametrize("family", ["qwen", "starcoder"])
+def test_r11_every_special_and_added_token_of_other_templates(tmp_path, family):
+    """Qwen2.5's FIM markers are plain added tokens: split_special_tokens alone would not help."""
+    from test_model_loading import make_tokenizer
+
+    from engine.fim import PromptBuilder
+
+    tpl = TEMPLATES[family]
+    fim = [tpl.prefix_token, tpl.suffix_token, tpl.middle_token]
+    tok = make_tokenizer([*tpl.stop_tokens, *QWEN_EXTRA] + (fim if family == "starcoder" else []), tpl.stop_tokens[0])
+    tok.add_tokens((fim if family == "qwen" else []) + ["<|plain_added|>"])  # added, not special (Qwen's FIM markers)
+    builder = PromptBuilder(tok, tpl, 256)
+    own = sorted([builder.pre_id, builder.suf_id, builder.mid_id])
+    strings = control_cases(builder)
+    assert "<|plain_added|>" in strings and tpl.middle_token in strings
+    for s in strings:
+        assert sorted(prompt_control_ids(builder, f"a = '{s}'\nb = '", f"'\n{s}")) == own, s
+
+
+def test_r11_cli_case_is_completed_with_the_text_as_data(tmp_path):
+    from transformers import AutoTokenizer
+
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    path = tmp_path / "R11.py"
+    path.write_text(R11_TEXT)
+    proc = complete(path, 6, 50)
+    assert proc.returncode == 0, proc.stderr
+    tok = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR)
+    cut = sum(len(line) + 1 for line in R11_TEXT.split("\n")[:5]) + 49
+    as_control = 3 + sum(len(tok.encode(t, add_special_tokens=False)) for t in (R11_TEXT[:cut], R11_TEXT[cut:]))
+    assert json.loads(proc.stdout)["prompt_tokens"] > as_control  # each marker spelled out, not one control id

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from ..api import ProjectContext
-from ..text import normalize_eol
+from ..text import normalize_eol, scalar_text
 from .ngram import EMPTY, MIN_CONTEXT, ORDER, NestedCache, Prediction
 
 SCOPES = ("document", "open", "workspace")
@@ -74,7 +74,7 @@ class ContextCache:
                 if stop is not None and stop.is_set():
                     return done
                 keys = changed[i:i + BATCH]
-                ids = self.encode_batch([normalize_eol(texts[k]) for k in keys])
+                ids = self.encode_batch([normalize_eol(scalar_text(texts[k])) for k in keys])
                 with self._lock:
                     for key, seq in zip(keys, ids):
                         self.nested[scope].set(key, seq)

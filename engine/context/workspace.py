@@ -6,8 +6,8 @@ work tree; otherwise every ``*.py`` under the root minus what the root's ``.giti
 (gitignore rules by the ``pathspec`` package when it is installed) and the usual environment folders
 (hidden folders, ``__pycache__``, ``node_modules``, ``venv``/``.venv``, ``build``, ``dist``, ``site-packages``).
 Nearest files first (same folder as ``near``, then by folder distance, then by path), bounded by a
-file count and a byte budget. Text is read as Python source is: the PEP 263 coding cookie or UTF-8
-(:func:`tokenize.open`); files that do not decode are skipped.
+file count and a byte budget. Text is read as Python source is (the project's one reader,
+:func:`engine.text.read_source`: BOM, PEP 263 coding cookie, else UTF-8); files that do not decode are skipped.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import tokenize
 from pathlib import Path
+
+from ..text import read_source as read_python_source
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +91,8 @@ def read_source(path: Path, limit: int) -> str | None:
     try:
         if path.stat().st_size > limit:
             return None
-        with tokenize.open(path) as f:
-            return f.read()
-    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+        return read_python_source(path)
+    except (OSError, ValueError):
         return None
 
 
