@@ -262,12 +262,20 @@ class Engine:
         finally:
             self._lock.release()
 
+    @property
+    def tables_unsaved(self) -> bool:
+        """FSM tables were built that the disk cache does not hold yet (see :meth:`save_tables`)."""
+        return self.index is not None and self.index.dirty
+
     def save_tables(self) -> None:
+        """Write the FSM tables built so far to the disk cache (never raises on a disk error: logged)."""
         if self.index is not None:
             try:
                 self.index.save()
             except OSError as exc:
                 log.warning("could not write the FSM cache: %s", exc)
+            else:
+                log.debug("FSM tables cached in %s", self.index.cache_path)
 
     # -- completion ---------------------------------------------------------------------------------
 

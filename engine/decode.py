@@ -107,7 +107,7 @@ class KVCache:
     def _forward(self, ids: list[int], keep_last: bool):
         inp = torch.tensor(ids, dtype=torch.long, device=self.device)  # [new_tokens]
         if self.own:
-            return self.model.forward(inp, last_only=True)  # [vocab]
+            return self.model.decode_step(inp) if len(ids) == 1 else self.model.forward(inp)  # [vocab]
         if self.cache is None:
             from transformers import DynamicCache
 

@@ -80,6 +80,7 @@ class TokenIndex:
         self._trie: _TokenTrie | None = None  # built with the first table (not needed to load the cache)
         self._tables: dict[tuple, StateTable] = {}
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()  # one writer of the cache file at a time
         self._dirty = False
         self.cache_path = (Path(cache_dir) / f"fsm-{FSM_VERSION}-{vocab.digest()}.npz") if cache_dir else None
         self.build_seconds = 0.0
@@ -124,13 +125,23 @@ class TokenIndex:
 
     # -- disk cache ---------------------------------------------------------------------------------
 
+    @property
+    def dirty(self) -> bool:
+        """True when tables were built since the cache file was last written or read."""
+        return self._dirty
+
     def save(self) -> None:
-        """Write the tables built so far to the cache file (atomic rename; ``base`` masks bit-packed)."""
+        """Write the tables built so far to the cache file (atomic rename; ``base`` masks bit-packed).
+        Tables are immutable once built: only the snapshot of the table dict holds the index's
+        lock, so a request building a table never waits for the disk."""
         if self.cache_path is None or not self._dirty:
             return
-        with self._lock:
+        with self._save_lock:
+            with self._lock:
+                items = list(self._tables.items())
+                self._dirty = False
             meta, arrays = [], {}
-            for n, (key, tab) in enumerate(self._tables.items()):
+            for n, (key, tab) in enumerate(items):
                 arrays[f"b{n}"] = np.packbits(tab.base, bitorder="little")  # 19 kB for 151k tokens
                 arrays[f"c{n}"] = tab.complex_ids
                 reqs = []
@@ -141,9 +152,13 @@ class TokenIndex:
             arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp.npz")
-            np.savez_compressed(tmp, **arrays)
-            os.replace(tmp, self.cache_path)
-            self._dirty = False
+            try:
+                np.savez_compressed(tmp, **arrays)
+                os.replace(tmp, self.cache_path)
+            except BaseException:
+                self._dirty = True
+                tmp.unlink(missing_ok=True)
+                raise
 
     def _load(self, path: Path) -> None:
         with np.load(path, allow_pickle=False) as data:

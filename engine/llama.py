@@ -295,6 +295,56 @@ class LlamaDecoder:
         logits = F.linear(rms_norm(x, self.norm, cfg.rms_norm_eps), self.lm_head)  # [n or 1, vocab]
         return logits[0] if last_only else logits
 
+    def decode_step(self, ids: torch.Tensor) -> torch.Tensor:
+        """One token (long ``[1]`` on the device) at position ``length``: logits ``[vocab]``. Eager
+        unless :meth:`compile_decode_step` ran; then the fixed-shape step of :meth:`_static_step`."""
+        if self._compiled is None:
+            return self.forward(ids)
+        if self.length >= self.capacity:
+            raise ValueError(f"{self.length + 1} positions do not fit the KV cache ({self.capacity} tokens)")
+        with torch.inference_mode():
+            pos = torch.tensor([self.length], device=self.device)
+            logits = self._compiled(ids, pos)
+        self.length += 1
+        return logits
+
+    _compiled = None
+
+    def compile_decode_step(self, **options) -> None:
+        """Route :meth:`decode_step` through ``torch.compile`` of :meth:`_static_step` (compiled on
+        the first call: seconds to minutes; never on a request's path unless cached)."""
+        self._compiled = torch.compile(self._static_step, fullgraph=True, **options)
+
+    def _static_step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The decode step with shapes that never change (for ``torch.compile`` and CUDA graphs):
+        ``ids`` long ``[1]``, ``pos`` long ``[1]`` (0-based position); attention runs over the whole
+        cache capacity under a mask of the positions ``<= pos``. Returns logits ``[vocab]``; does not
+        move ``length``."""
+        cfg = self.cfg
+        hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
+        cos, sin = self.cos[pos], self.sin[pos]  # [1, head_dim]
+        keys_at = torch.arange(self.capacity, device=pos.device)
+        mask = keys_at <= pos  # [capacity]
+        if cfg.sliding_window:
+            mask &= pos - keys_at < cfg.sliding_window
+        x = F.embedding(ids, self.embed)  # [1, hidden]
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
+            qkv = F.linear(h, layer.qkv, layer.qkv_bias)
+            q, k, v = qkv.view(1, nh + 2 * nkv, hd).transpose(0, 1).split((nh, nkv, nkv), dim=0)
+            q = q * cos + rotate_half(q) * sin  # [nh, 1, hd]
+            k = k * cos + rotate_half(k) * sin  # [nkv, 1, hd]
+            cache = self.kv[i]
+            cache[0, 0].index_copy_(1, pos, k)
+            cache[1, 0].index_copy_(1, pos, v)
+            att = F.scaled_dot_product_attention(q.unsqueeze(0), cache[0], cache[1], attn_mask=mask.view(1, -1),
+                                                 enable_gqa=nh != nkv)  # [1, nh, 1, hd]
+            x = x + F.linear(att.reshape(1, nh * hd), layer.o, layer.o_bias)
+            h = rms_norm(x, layer.post_norm, cfg.rms_norm_eps)
+            gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+        return F.linear(rms_norm(x, self.norm, cfg.rms_norm_eps), self.lm_head)[0]  # [vocab]
+
 
 def expected_shapes(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape that ``cfg`` implies (the optional ``lm_head`` and biases included)."""

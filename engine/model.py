@@ -153,9 +153,16 @@ def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: i
 
 
 def _load_tokenizer(path: Path):
-    from transformers import AutoTokenizer
+    """``tokenizer.json`` through the tokenizers library alone when transformers would read it
+    unchanged (:mod:`engine.tokenizer`: no transformers import), else transformers' AutoTokenizer."""
+    from .tokenizer import load_fast_tokenizer
 
     try:
+        tokenizer = load_fast_tokenizer(path)
+        if tokenizer is not None:
+            return tokenizer
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:
         raise ModelError(f"could not load the tokenizer from {path}: {exc}") from exc

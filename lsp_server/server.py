@@ -425,6 +425,7 @@ class FsmCompleteServer(LanguageServer):
         self._load_task: asyncio.Task | None = None
         self._load_generation = 0
         self._decode_lock = asyncio.Lock()
+        self._saving: asyncio.Future | None = None  # the FSM cache write under way (_save_tables_soon)
         self._cancel_events: dict[Any, threading.Event] = {}
         self._threads: set[threading.Thread] = set()
         self._settings_problems: list[str] = []
@@ -848,6 +849,7 @@ class FsmCompleteServer(LanguageServer):
 
         def finished(future: asyncio.Future) -> None:
             self._decode_lock.release()
+            self._save_tables_soon(engine)
             if future.cancelled() or future.exception() is not None:
                 record.update(tokens=0, stopReason="error", cancelled=request.cancel.is_set())
                 return
@@ -889,6 +891,14 @@ class FsmCompleteServer(LanguageServer):
             else:
                 logger.exception("the engine failed on a request")
             return None
+
+    def _save_tables_soon(self, engine) -> None:
+        """Write the FSM tables the last request built to the disk cache, on a thread off the
+        request path (one at a time), so that the next server start loads them instead of
+        rebuilding (seconds with a large vocabulary)."""
+        if not getattr(engine, "tables_unsaved", False) or (self._saving is not None and not self._saving.done()):
+            return
+        self._saving = self.in_thread(engine.save_tables, name="fsm-complete-save-tables")
 
     def cancel(self, msg_id) -> None:
         """Stop decoding for request ``msg_id`` (``$/cancelRequest``)."""

@@ -168,3 +168,18 @@ def test_weights_that_disagree_with_the_config_are_named(tmp_path):
     (path / "config.json").write_text(json.dumps(raw | {"intermediate_size": 512}))
     with pytest.raises(ValueError, match="gate_proj.weight has shape"):
         load_decoder(path, CPU, torch.float32)
+
+
+def test_fixed_shape_decode_step_equals_the_eager_one(shipped):
+    """``_static_step`` (attention over the whole capacity under a mask: what torch.compile and CUDA
+    graphs run) gives the eager decoder's logits."""
+    _, own = shipped
+    ids = random_ids(120, 8192, seed=5)
+    own.truncate(0)
+    want = own.forward(torch.tensor(ids), last_only=False)
+    own.truncate(100)
+    with torch.inference_mode():
+        for i in range(100, 120):
+            got = own._static_step(torch.tensor(ids[i:i + 1]), torch.tensor([i]))
+            own.length += 1
+            assert (got - want[i]).abs().max().item() < TOL
