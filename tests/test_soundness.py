@@ -17,6 +17,7 @@ from engine.fsm import (
 )
 from engine.pylex import Lex
 from engine.settings import DEFAULT_MODEL_DIR
+from engine.text import read_source
 from engine.vocab import from_hf_tokenizer
 from lab.corpus import held_out_files
 
@@ -51,7 +52,7 @@ def test_held_out_files_have_no_false_rejections(tokenizer_and_index):
     assert len(files) >= 40
     total = 0
     for path in files:
-        n, rejected = teacher_force(tok, index, path.read_text(encoding="utf-8"))
+        n, rejected = teacher_force(tok, index, read_source(path))
         assert not rejected, (str(path), rejected[:5])
         total += n
     assert total > 100_000
