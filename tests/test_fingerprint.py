@@ -1,4 +1,4 @@
-"""Intent fingerprint (engine/fingerprint.py): each feature on hand-written contexts, the mode rule
+"""Intent fingerprint (engine/fingerprint/): each feature on hand-written contexts, the mode rule
 table, robustness on broken text, agreement with CPython's tokenizer and ast on real files, the
 incremental tree-sitter reuse (the ``fingerprint-stats`` command: test_fingerprint_stats.py)."""
 
