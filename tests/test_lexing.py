@@ -220,7 +220,7 @@ def test_resumed_scans_equal_a_scan_from_the_top():
                "\n)\ndef f(", " " * 3000 + "def", ":>", "{x:#"]
     files = sorted(STDLIB.glob("*.py"))
     for path in random.Random(4).sample(files, 3):
-        text = path.read_text(encoding="utf-8")[:40_000]
+        text = read_source(path)[:40_000]
         for step in range(25):
             a = rng.randrange(len(text) + 1)
             b = min(len(text), a + rng.choice([0, 0, 1, 3, 50]))
