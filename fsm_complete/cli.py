@@ -169,10 +169,14 @@ def cmd_train(args) -> int:
     from lab.train import TrainConfig, train
 
     cfg = TrainConfig()
-    for name in ("work_dir", "out_dir", "corpus_dir", "seed", "steps", "batch_size", "threads"):
+    for name in ("work_dir", "out_dir", "corpus_dir", "seed", "steps", "batch_size", "threads", "lr",
+                 "warmup_steps", "save_every", "init_from", "source_cap_chars"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
+    cfg.bf16 = args.bf16
+    cfg.packages = [name for item in args.packages or [] for name in item.split(",") if name]
+    cfg.extra_corpus = list(args.extra_corpus or [])
     train(cfg)
     return 0
 
@@ -303,6 +307,18 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--steps", type=int)
     sp.add_argument("--batch-size", dest="batch_size", type=int)
     sp.add_argument("--threads", type=int)
+    sp.add_argument("--lr", type=float, help="peak learning rate (default 2e-3)")
+    sp.add_argument("--warmup-steps", dest="warmup_steps", type=int)
+    sp.add_argument("--save-every", dest="save_every", type=int, help="checkpoint every N steps (default 50)")
+    sp.add_argument("--bf16", action="store_true", help="bfloat16 autocast for training (about 3x float32 on a CPU)")
+    sp.add_argument("--init-from", dest="init_from", metavar="DIR",
+                    help="continue from this checkpoint, keeping its tokenizer and shape (e.g. engine/data/default-model)")
+    sp.add_argument("--packages", action="append", metavar="NAME[,NAME...]",
+                    help="add the .py source of these installed packages to the corpus (held out by file hash)")
+    sp.add_argument("--extra-corpus", dest="extra_corpus", action="append", metavar="DIR",
+                    help="add another directory of .py files to the corpus (repeatable)")
+    sp.add_argument("--source-cap-chars", dest="source_cap_chars", type=int,
+                    help="cap one source's sampling weight at this many characters (0: proportional to size)")
     sp.set_defaults(func=cmd_train)
 
     add_bench_parser(sub)
