@@ -26,7 +26,6 @@ invalid files the masks let through.
 from __future__ import annotations
 
 import ast
-import difflib
 import json
 import resource
 import sys
@@ -37,13 +36,10 @@ import numpy as np
 
 from .bench_slots import add_slot_fields, report_lines, ruff_version, sample_slot_tasks, slot_files, summarize_slots
 from .tasks import ALL_KINDS, Task, parse_kinds, sample_tasks
+from .usefulness import edit_similarity, gate_curve, summarize_usefulness, usefulness_fields
 
 # ------------------------------------------------------------------------------------------------
 # metrics
-
-
-def edit_similarity(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, a, b).ratio()
 
 
 def parses(text: str) -> bool:
@@ -85,6 +81,8 @@ def summarize(rows: list[dict]) -> dict:
             # again with the KV prefix reused; both shares and the latter's latency on their own
             "warm_typed_through": round(sum(bool(r.get("warm_typed_through")) for r in warm) / max(1, len(warm)), 4),
             "warm_decoded_latency_ms_p50": _pct([r["warm_ms"] for r in warm if not r.get("warm_typed_through")], 50),
+            # usefulness (lab/usefulness.py): shown, useful, garbage, new undefined names (pyflakes)
+            **summarize_usefulness(sub),
         }
 
     out = block(rows)
@@ -113,13 +111,18 @@ def _request(task: Task, **kw):
 def completion_row(task: Task, res) -> dict:
     """The metrics of one task's :class:`engine.api.Completion` (one row of tasks.jsonl)."""
     doc = task.prefix + res.text + task.suffix[res.replace_suffix :]
+    stop = getattr(res.stop_reason, "value", res.stop_reason)
+    useful = usefulness_fields(res.text, task.target, str(stop), task.prefix + task.target + task.suffix, doc)
     row = {
         "kind": task.kind,
         "path": task.path,
         "parses": task.parses,
         "valid": parses(doc) if task.parses else False,
-        "exact": res.text.strip() == task.target.strip() and bool(task.target.strip()),
-        "similarity": edit_similarity(res.text.strip(), task.target.strip()),
+        **useful,
+        "stop_reason": str(stop),
+        # the confidence gate: the engine's score and what the gate held back (the curve needs both)
+        "confidence": getattr(res, "confidence", None),
+        "withheld": getattr(res, "withheld", ""),
         "empty": not res.text.strip(),
         "fuses": res.fuses,
         "mask_us": [t["mask_us"] for t in res.trace if "mask_us" in t],
@@ -185,8 +188,21 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
         ck, uk = c["by_kind"][k], u["by_kind"][k]
         lines.append(f"| {k} | {ck['n']} | {ck['syntax_valid']} | {uk['syntax_valid']} | {ck['exact_match']} | "
                      f"{uk['exact_match']} |")
+    lines += ["", "Usefulness (shown and useful: of all tasks; garbage and new undefined names (pyflakes): of shown "
+              "completions; lab/usefulness.py):", "",
+              "| kind | shown (c) | shown (u) | useful (c) | useful (u) | garbage (c) | garbage (u) | "
+              "undefined names (c) | undefined names (u) |", "|---|---|---|---|---|---|---|---|---|"]
+    for k, ck, uk in [("all", c, u)] + [(k, c["by_kind"][k], u["by_kind"][k]) for k in c["by_kind"]]:
+        lines.append(f"| {k} | {ck['shown']} | {uk['shown']} | {ck['useful']} | {uk['useful']} | {ck['garbage']} | "
+                     f"{uk['garbage']} | {ck['undefined_names']} | {uk['undefined_names']} |")
+    if report.get("gate_curve"):
+        lines += ["", "Confidence gate (constrained): shown rate and useful precision per threshold "
+                  "(mean log-probability per token):", "", "| threshold | shown | precision |", "|---|---|---|"]
+        lines += [f"| {g['threshold']} | {g['shown']} | {g['precision']} |" for g in report["gate_curve"]]
     lines += report_lines(report)
-    lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", ""]
+    lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", "", "![usefulness](usefulness.png)", ""]
+    if report.get("gate_curve"):
+        lines += ["![gate](gate.png)", ""]
     (out / "report.md").write_text("\n".join(lines))
     _plots(report, rows, out)
 
@@ -224,6 +240,32 @@ def _plots(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
     fig.savefig(out / "validity.png", dpi=110)
     plt.close(fig)
 
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    for ax, metric in zip(axes, ("shown", "useful", "garbage")):
+        for j, mode in enumerate(("constrained", "unconstrained")):
+            vals = [report[mode]["by_kind"][k][metric] for k in kinds]
+            ax.bar(x + (j - 0.5) * width, vals, width, label=mode)
+        ax.set_xticks(x, kinds)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(metric + (" (of shown)" if metric == "garbage" else " (of all tasks)"))
+    axes[0].legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out / "usefulness.png", dpi=110)
+    plt.close(fig)
+
+    curve = report.get("gate_curve") or []
+    if curve:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([g["shown"] for g in curve], [g["precision"] for g in curve], marker="o")
+        for g in curve[:: max(1, len(curve) // 6)]:
+            ax.annotate(f"{g['threshold']}", (g["shown"], g["precision"]), fontsize=7)
+        ax.set_xlabel("shown (share of tasks)")
+        ax.set_ylabel("useful precision (useful / shown)")
+        ax.set_title("Confidence gate: threshold sweep (constrained)")
+        fig.tight_layout()
+        fig.savefig(out / "gate.png", dpi=110)
+        plt.close(fig)
+
 
 # ------------------------------------------------------------------------------------------------
 # command
@@ -258,6 +300,23 @@ def sample_all(args) -> tuple[list[Task], dict]:
                  for i, k in enumerate(kinds) if k != "slots")
     tasks = sample_tasks(corpus(args), n_base, args.seed, tuple(base)) if base else []
     return tasks + (slot_tasks if "slots" in kinds else []), meta
+
+
+def _gate_curve(tasks: list[Task], rows: list[dict]) -> list[dict]:
+    """Useful precision against shown rate as the confidence threshold moves over the observed scores
+    (deciles), judged on the text before the gate (shown or withheld)."""
+    ungated = []
+    for task, row in zip(tasks, rows):
+        text = row["text"] or row.get("withheld") or ""
+        if row.get("confidence") is None:
+            continue
+        fields = usefulness_fields(text, task.target, row["stop_reason"], "", "") if text else {"shown": False}
+        ungated.append({"confidence": row["confidence"], "shown": fields["shown"], "useful": fields.get("useful")})
+    scores = sorted(r["confidence"] for r in ungated if r["shown"])
+    if not scores:
+        return []
+    thresholds = sorted({round(float(np.percentile(scores, q)), 3) for q in range(0, 100, 10)})
+    return gate_curve(ungated, thresholds)
 
 
 def run_bench(args, lsp_timer=None) -> dict:
@@ -313,6 +372,7 @@ def run_bench(args, lsp_timer=None) -> dict:
     report["unconstrained"]["peak_rss_mb"] = rss
     u_tps = report["unconstrained"]["tokens_per_s"]
     report["throughput_ratio"] = round(report["constrained"]["tokens_per_s"] / u_tps, 4) if u_tps else 0.0
+    report["gate_curve"] = _gate_curve(tasks, rows["constrained"])
     if lsp_timer is not None:
         for mode in ("constrained", "unconstrained"):
             lat, warm = lsp_timer(tasks, mode == "constrained")

@@ -17,7 +17,7 @@ import ast
 import difflib
 from collections import Counter
 
-from .repetition import find_run
+from engine.repetition import find_run
 
 USEFUL_SIMILARITY = 0.7
 
