@@ -34,18 +34,13 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from . import pylex
+from . import lexing, pylex
+from .lexing.vocabulary import COMPOUND_KEYWORDS
 from .pylex import Lex
 
 # lexer modes in which the next character is not code (string body, comment, f-string spec, ...)
 _NOT_CODE = frozenset({pylex.STR, pylex.STR_OPEN1, pylex.COMMENT, pylex.FSPEC, pylex.FCONV, pylex.FCONV_DONE,
                        pylex.FSTR_RBRACE, pylex.FSTR_LBRACE, pylex.LINECONT})
-_NOT_CALLEES = frozenset({
-    "and", "as", "assert", "await", "del", "elif", "else", "except", "for", "from", "if", "import", "in", "is",
-    "lambda", "not", "or", "raise", "return", "while", "with", "yield", "case", "match", "print ",
-})
-_CALLEE_RE = re.compile(r"([A-Za-z_]\w*(?:[ \t]*\.[ \t]*[A-Za-z_]\w*)*)[ \t]*$")
-_DEF_RE = re.compile(r"(?:^|[\s;])(?:def|class)[ \t]+$")
 _BINARY_MODE = re.compile(r"""^\s*[rRuUfF]*(['"])[^'"]*b""")
 _SAFE_LOADER = re.compile(r"^(?:[A-Za-z_]\w*\s*\.\s*)*C?SafeLoader$")  # ruff S506
 
@@ -417,8 +412,7 @@ class MemberAccess:
         return self.done or not self.typed or self._is_member(self.typed)
 
 
-HEADER_KEYWORDS = ("async", "case", "class", "def", "elif", "else", "except", "finally", "for", "if", "match",
-                   "try", "while", "with")
+HEADER_KEYWORDS = COMPOUND_KEYWORDS
 """The words a compound statement's header starts with (Python reference, "Compound statements")."""
 
 
@@ -541,14 +535,11 @@ class Semantics:
         return bool(after.brackets) and after.brackets[-1] == "(" and after.mode == pylex.CODE
 
     def _maybe_open_call(self, depth: int) -> None:
-        head = self.source[:-1]
-        m = _CALLEE_RE.search(head[-200:])
-        if m is None:
-            return
-        callee = re.sub(r"[ \t]+", "", m.group(1))
-        if callee.split(".")[0] in _NOT_CALLEES or _DEF_RE.search(head[: len(head) - len(m.group(0))][-12:] + " "):
-            return
-        spec = self.resolver(self.source, len(self.source) - 1)
+        paren = len(self.source) - 1
+        sc = lexing.scan(self.source[:paren])
+        if lexing.callee_before(sc.text, paren, sc) is None:
+            return  # not a call: `if (`, `def f(`, a tuple
+        spec = self.resolver(self.source, paren)
         if spec is not None and (spec.required_keywords or spec.required_positional or spec.keyword_names is not None
                                  or spec.positional_max is not None):
             self.calls.append(CallSlots(spec, depth, origin="completion"))

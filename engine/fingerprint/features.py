@@ -13,11 +13,12 @@ import numpy as np
 from ..lexing.calls import call_frames, paren_kind
 from ..lexing.scanner import WS as _WS
 from ..lexing.scanner import Scan, scan
+from ..lexing.vocabulary import COMPOUND_KEYWORDS
 from .facts import FILE_IO_MODULES, HTTP_CLIENTS, TEST_MODULES, _document_facts
 from .modes import FEATURES, Fingerprint, select_mode
 
 _BLOCK_OPENER = re.compile(
-    r"[ \t]*(?:async[ \t]+)?(?:def|class|if|elif|else|for|while|with|try|except|finally|match|case)\b")
+    r"[ \t]*(?:async[ \t]+)?(?:" + "|".join(k for k in COMPOUND_KEYWORDS if k != "async") + r")\b")
 _ENDS_WITH_COLON = re.compile(r":[ \t]*(?:#[^\n]*)?\n?\Z")
 _SCOPE_HEADER = re.compile(r"(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 _DEF_STMT = re.compile(r"[ \t]*(?:async[ \t]+)?def\b")
