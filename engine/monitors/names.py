@@ -1,0 +1,457 @@
+"""Names must exist: the names monitor (monitor-guided decoding, Agrawal et al., NeurIPS 2023).
+
+Every identifier the completion writes in code is judged when it ends (a prefix of a bound name is
+never refused while it is being written):
+
+* in a **load** position it must be bound: a name of the document (any scope, prefix + suffix, see
+  :func:`document_names`), a builtin, a module dunder (``__name__``...), a soft keyword, or a name
+  the completion bound before it;
+* a new name may only appear in a **binding** position: after ``def``/``class``/``as``/``import``/
+  ``global``/``nonlocal``, a ``for`` target (statement or comprehension) up to its ``in``, a
+  ``lambda`` or ``def`` parameter, a name followed by ``=`` (assignment, keyword argument, default),
+  ``:=``, an augmented assignment, or an annotation (``name:`` opening a statement);
+* a name that a later part of the statement may still bind is **deferred** instead of refused: in a
+  bracket that can still become a comprehension (``[y for y in z]``: ``y`` is written before its
+  ``for``), and a target list (``a, b = ...``, ``(a, b) = ...``). A deferred name is settled when that
+  chance is gone: a ``,`` directly inside its bracket (no comprehension has a top-level comma), the
+  bracket closing at statement level, or the end of the statement.
+
+Attribute names (after ``.``) are not this monitor's (see :mod:`.member`); numbers, string prefixes
+and words with non-ASCII characters are never judged; ``match``/``case`` statements are left alone
+(their patterns bind), and a document with a dynamic namespace (``from x import *``, ``globals()``,
+``exec``...) gets no names monitor at all (:func:`document_names` says so). Sound by construction
+for code that runs: every refusal is a name that CPython would look up and not find (or pyflakes
+would report as F821), except a name bound only in another module's star import, which is why
+those documents are not constrained.
+
+The monitor is character-level like the others: :meth:`NamesMonitor.feed` takes one character with
+the lexer's bracket depth before it and whether it is code; it costs a set lookup per identifier end.
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import re
+from dataclasses import dataclass
+
+try:
+    from .base import Refusal, code_char, ident_char
+except ImportError:  # pragma: no cover - before engine/monitors/base.py exists
+    from ..slots import Refusal, code_char
+    from ..slots import _ident as ident_char
+
+RULE = "unbound-name"
+MODULE_DUNDERS = frozenset({
+    "__name__", "__file__", "__doc__", "__package__", "__spec__", "__loader__", "__path__", "__builtins__",
+    "__annotations__", "__cached__", "__debug__", "__dict__", "__class__", "__qualname__", "__module__",
+    "__all__", "__version__", "__author__", "__slots__",
+})
+"""Names every module, class body or method has without a binding in the text (Python reference,
+"The standard type hierarchy": modules, ``__class__`` for zero-argument ``super``)."""
+SOFT_KEYWORDS = frozenset({"match", "case", "type", "_"})
+BUILTIN_NAMES = frozenset(dir(builtins))
+KEYWORDS = frozenset(keyword.kwlist)
+_STRING_PREFIXES = frozenset({"r", "u", "b", "f", "t", "br", "rb", "fr", "rf", "tr", "rt"})
+_AUGMENTED = frozenset({"+=", "-=", "*=", "/=", "//=", "%=", "**=", ">>=", "<<=", "&=", "^=", "|=", "@="})
+_OP_CHARS = frozenset("+-*/%&|^@<>!~=")
+_DYNAMIC = re.compile(r"\bimport[ \t]*\*|\b(?:globals|locals|vars)[ \t]*\(|\bexec[ \t]*\(|\b__builtins__\b"
+                      r"|\bsys\.modules\b|\b__import__[ \t]*\(")
+_TOKEN = re.compile(r'''
+    (?P<str>(?P<prefix>[rRbBuUfFtT]{0,2})
+        (?:"""(?:\\[\s\S]|[^\\])*?(?:"""|\Z) | \'\'\'(?:\\[\s\S]|[^\\])*?(?:\'\'\'|\Z)
+         | "(?:\\[\s\S]|[^"\\\n])*(?:"|$) | '(?:\\[\s\S]|[^'\\\n])*(?:'|$)))
+  | (?P<comment>\#[^\n]*)
+  | (?P<name>[^\W\d]\w*)
+  | (?P<dot>\.)
+  | (?P<num>\d[\w.]*)
+''', re.X | re.M)
+_FIELD_NAME = re.compile(r"(?<![.\w])([^\W\d]\w*)")
+
+
+@dataclass(frozen=True)
+class DocumentNames:
+    """The names of one document: ``names`` every identifier it uses or binds outside strings,
+    comments and attribute positions (f-string fields included), ``attributes`` the identifiers
+    written after a ``.``, ``dynamic`` True when its namespace is not static (then no names
+    monitor applies)."""
+
+    names: frozenset
+    attributes: frozenset
+    dynamic: bool
+
+
+def document_names(text: str) -> DocumentNames:
+    """Scan ``text`` (a whole document, half-typed code welcome: unterminated strings end at their
+    line or the text's end) for its names. A tolerant regex scanner, not ``ast``: any text gives an
+    answer. Lenient on purpose: a name *used* anywhere counts as known, so the monitor never refuses
+    what the document itself does."""
+    names: set[str] = set()
+    attributes: set[str] = set()
+    after_dot = False
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "name":
+            (attributes if after_dot else names).add(m.group("name"))
+            after_dot = False
+        elif kind == "dot":
+            after_dot = True
+        elif kind == "str":
+            after_dot = False
+            if set(m.group("prefix").lower()) & {"f", "t"}:
+                body = m.group("str")
+                for field in re.findall(r"\{([^{}]*)\}", body):
+                    names.update(_FIELD_NAME.findall(field))
+        elif kind != "comment":
+            after_dot = False
+    return DocumentNames(frozenset(names), frozenset(attributes), bool(_DYNAMIC.search(text)))
+
+
+# what a bracket on the monitor's stack may still become
+_CALL, _TUPLE, _PARAMS = range(3)
+
+
+class _Bracket:
+    """One open bracket: ``kind`` (a call/subscript/display, a tuple or list that may be an
+    assignment target, a parameter list), ``comp`` (it may still turn out to be a comprehension:
+    no top-level ``,`` yet), ``expr`` (parameter lists: inside an annotation or default)."""
+
+    __slots__ = ("comp", "expr", "kind")
+
+    def __init__(self, kind: int):
+        self.kind, self.comp, self.expr = kind, kind != _PARAMS, False
+
+    def copy(self) -> _Bracket:
+        new = _Bracket.__new__(_Bracket)
+        new.kind, new.comp, new.expr = self.kind, self.comp, self.expr
+        return new
+
+
+class NamesMonitor:
+    """Names must exist (see the module docstring). ``known``: the names bound without the
+    completion's help (the document's, builtins, dunders, soft keywords).
+
+    Feed the user's text of the statement before the cursor with :attr:`replay` set (context
+    only: nothing the user wrote is judged), then clear it and feed the completion."""
+
+    __slots__ = ("known", "bound", "stack", "word", "word_dot", "word_user", "decide", "op", "prev", "stmt",
+                 "first", "target_ok", "regions", "pending", "next_kind", "replay")
+
+    def __init__(self, known: frozenset):
+        self.known = known
+        self.bound: frozenset = frozenset()  # names the completion (or the statement before it) bound
+        self.stack: list[_Bracket] = []  # the brackets open at the lexer's depth, outermost first
+        self.word = ""  # the identifier being written
+        self.word_dot = False  # ... after a '.' (an attribute: the member monitor's business)
+        self.word_user = False  # ... started by the user (replayed): never judged
+        self.decide: tuple | None = None  # (name, depth, user): ended, waiting for what follows it
+        self.op = ""  # operator characters after ``decide`` (``=``, ``==``, ``+=``, ``:``...)
+        self.prev = "\n"  # the last significant token: a keyword, "name", "value", or an operator char
+        self.stmt = ""  # "" | "bind" (import, global, nonlocal: names bind) | "skip" (match/case)
+        self.first = True  # the next word opens a statement
+        self.target_ok = True  # the statement so far may still be an assignment's target list
+        self.regions: tuple = ()  # (kind, depth): "for" target up to ``in``, "as" target, "lambda"/"def"/"class"
+        self.pending: tuple = ()  # (name, depth) deferred: a comprehension or an assignment may bind them
+        self.next_kind = _CALL  # the kind of the bracket the last code character opened
+        self.replay = False  # feeding the user's own text: build the context, judge nothing
+
+    def copy(self) -> NamesMonitor:
+        new = NamesMonitor.__new__(NamesMonitor)
+        for name in NamesMonitor.__slots__:
+            setattr(new, name, getattr(self, name))
+        new.stack = [b.copy() for b in self.stack]
+        return new
+
+    # -- knowledge ---------------------------------------------------------------------------------
+
+    def is_bound(self, name: str) -> bool:
+        return name in self.known or name in self.bound or "\x80" in name
+
+    def _refuse(self, name: str) -> Refusal | None:
+        if self.is_bound(name):
+            return None
+        return Refusal(RULE, f"name {name!r} is bound nowhere (document, builtins, the completion)")
+
+    def _bind(self, name: str) -> None:
+        if name not in self.bound:
+            self.bound = self.bound | {name}
+
+    # -- deferral ----------------------------------------------------------------------------------
+
+    def _may_defer(self, depth: int) -> bool:
+        """Could a later part of the statement still bind a name written at bracket ``depth``?"""
+        if any(b.comp for b in self.stack[:depth]):
+            return True
+        return self.target_ok and all(b.kind == _TUPLE for b in self.stack[:depth])
+
+    def _settle(self, depth: int) -> Refusal | None:
+        """Re-judge the deferred names now that the brackets are ``depth`` deep (a bracket closed or
+        lost its chance to be a comprehension, or the statement its chance to be a target list)."""
+        keep = []
+        for name, d in self.pending:
+            d = min(d, depth)
+            if self.is_bound(name):
+                continue
+            if self._may_defer(d):
+                keep.append((name, d))
+                continue
+            self.pending = tuple(keep)
+            return self._refuse(name)
+        self.pending = tuple(keep)
+        return None
+
+    # -- feeding -----------------------------------------------------------------------------------
+
+    def feed(self, ch: str, depth: int, code: bool) -> Refusal | None:
+        """One character with the lexer's bracket ``depth`` before it (``len(Lex.brackets)``) and
+        ``code`` (not inside a string body, comment or format spec). Returns a :class:`Refusal`
+        when the character ends (or settles) a name that is bound nowhere."""
+        refusal = self._sync(depth)
+        if refusal is not None:
+            return refusal
+        if not code:
+            return self._end_word(depth) if self.word else None
+        if ident_char(ch):
+            if not self.word:
+                if self.decide is not None:
+                    refusal = self._decide(ch, depth)
+                self.word_dot, self.word_user = self.prev == ".", self.replay
+            self.word += ch
+            return refusal
+        if self.word:
+            if ch in "'\"" and self.word.lower() in _STRING_PREFIXES:
+                self.word = ""  # a string prefix
+            else:
+                self._end_word(depth)
+        if ch in " \t\f\\" or (ch in "\r\n" and depth > 0):
+            return None
+        if self.decide is not None:
+            if ch in _OP_CHARS or (ch == ":" and not self.op):
+                self.op += ch
+                return None
+            refusal = self._decide(ch, depth)
+            if refusal is not None:
+                return refusal
+        return self._significant(ch, depth)
+
+    def _sync(self, depth: int) -> Refusal | None:
+        """Follow the lexer's bracket depth: a bracket it opened gets the kind its opener chose;
+        closed ones leave the stack and their deferred names are settled one level out."""
+        if depth > len(self.stack):
+            while len(self.stack) < depth:
+                self.stack.append(_Bracket(self.next_kind))
+                self.next_kind = _CALL
+        elif depth < len(self.stack):
+            if self.word:
+                self._end_word(len(self.stack))
+            if self.decide is not None:
+                refusal = self._decide(")", len(self.stack))
+                if refusal is not None:
+                    return refusal
+            del self.stack[depth:]
+            self.regions = tuple(r for r in self.regions if r[1] <= depth)
+            return self._settle(depth)
+        return None
+
+    def _end_word(self, depth: int) -> None:
+        word, dot, user = self.word, self.word_dot, self.word_user
+        self.word = ""
+        if word[0].isdigit():
+            self.prev = "value"
+        elif word in KEYWORDS:
+            self._keyword(word, depth)
+        elif dot:
+            self.prev = "name"
+        else:
+            self.decide, self.op = (word, depth, user), ""
+
+    def _keyword(self, word: str, depth: int) -> None:
+        first, self.first = self.first, False
+        if depth == 0:
+            if first and word in ("import", "from", "global", "nonlocal"):
+                self.stmt = "bind"
+            if word not in ("async", "await") or not first:
+                self.target_ok = False
+        if word == "in":
+            self.regions = tuple(r for r in self.regions if not (r[0] == "for" and r[1] == depth))
+        elif word in ("for", "as", "lambda", "def", "class"):
+            self.regions += ((word, depth),)
+        self.prev = word
+
+    def _in_region(self, depth: int) -> bool:
+        """Is a name at ``depth`` a ``for``/``as`` target or a ``lambda`` parameter?"""
+        for kind, d in self.regions:
+            if (kind in ("for", "as") and d <= depth) or (kind == "lambda" and d == depth):
+                return True
+        return False
+
+    def _decide(self, ch: str, depth: int) -> Refusal | None:  # noqa: C901 - one decision table
+        """Judge the name that ended, now that the first significant character after it (``ch``,
+        after the operator characters in :attr:`op`) is known."""
+        (name, d, user), op = self.decide, self.op
+        self.decide, self.op = None, ""
+        prev, self.prev = self.prev, "name"
+        first, self.first = self.first, False
+        if first and d == 0 and name in ("match", "case") and op not in ("=", ":") and op not in _AUGMENTED:
+            self.stmt = "skip"  # a match statement or case clause: patterns bind, subjects vary
+        bracket = self.stack[d - 1] if d else None
+        binding = self.stmt in ("bind", "skip") or prev in ("def", "class") or self._in_region(d) or (
+            bracket is not None and bracket.kind == _PARAMS and not bracket.expr)
+        assign = op in _AUGMENTED or op == ":=" or (op == "=" and (d > 0 or self.target_ok)) or (
+            op == ":" and d == 0 and first and ch != "=")
+        if binding or (assign and (d == 0 or op == ":=")) or (
+                op == "=" and bracket is not None and bracket.kind == _TUPLE and self.target_ok and d == 0):
+            self._bind(name)
+            if op == "=" and d == 0:
+                self._bind_targets()
+        refusal = None
+        if not (binding or assign or user or self.is_bound(name)):
+            if (self._may_defer(d) and not op and ch in ",)]}") or any(b.comp for b in self.stack[:d]):
+                self.pending += ((name, d),)
+            else:
+                refusal = self._refuse(name)
+        return refusal or self._after_op(op, d, first)
+
+    def _after_op(self, op: str, depth: int, first: bool) -> Refusal | None:
+        """The operator after a judged name: at statement level, anything but a target list's
+        ``=`` ends the statement's chance to be a target list (its deferred names are settled)."""
+        if not op:
+            return None
+        self.prev = op[-1]
+        bracket = self.stack[depth - 1] if depth else None
+        if bracket is not None and bracket.kind == _PARAMS and op[-1] in ":=":
+            bracket.expr = True
+        if depth == 0:
+            if op == "=" and self.target_ok:
+                self.target_ok = True
+            elif op == ":" and not first:
+                return self._new_statement(0)  # a compound statement's header ends: its body follows
+            elif self.target_ok:
+                self.target_ok = False
+                return self._settle(0)
+        return None
+
+    def _bind_targets(self) -> None:
+        """An assignment's ``=`` at statement level: the deferred target names are bound."""
+        for name, _ in self.pending:
+            self._bind(name)
+        self.pending = ()
+        self.target_ok = True
+
+    def _new_statement(self, depth: int) -> Refusal | None:
+        self.target_ok = False
+        refusal = self._settle(depth)
+        self.stmt, self.first, self.target_ok, self.regions, self.pending = "", True, True, (), ()
+        return refusal
+
+    def _significant(self, ch: str, depth: int) -> Refusal | None:  # noqa: C901 - one switch over characters
+        """A significant code character that no name is waiting for."""
+        prev, self.prev = self.prev, ch
+        bracket = self.stack[depth - 1] if depth else None
+        if ch in "\r\n;" and depth == 0:
+            refusal = self._new_statement(0)
+            self.prev = "\n"
+            return refusal
+        if ch == "#":
+            return None
+        if ch in "([{":
+            if ("def", depth) in self.regions or (ch == "[" and ("class", depth) in self.regions):
+                self.next_kind = _PARAMS
+            elif ch != "{" and prev not in ("name", ")", "]", "}", "value") and (
+                    (depth == 0 and self.target_ok) or (bracket is not None and bracket.kind == _TUPLE)):
+                self.next_kind = _TUPLE
+            else:
+                self.next_kind = _CALL
+            return None
+        if ch == ",":
+            self.regions = tuple(r for r in self.regions if not (r[0] == "as" and r[1] == depth))
+            if any(r[0] in ("for", "lambda") and r[1] == depth for r in self.regions):
+                return None  # ``for k, v in`` / ``lambda a, b:``: the comprehension is still possible
+            if bracket is not None:
+                bracket.comp = False
+                if bracket.kind == _PARAMS:
+                    bracket.expr = False
+            return self._settle(depth)
+        if ch == "=" and depth == 0:
+            if prev == "=" or prev in _OP_CHARS or not self.target_ok:
+                self.target_ok = False
+                return self._settle(0)
+            self._bind_targets()
+            return None
+        if ch == ":":
+            ends = tuple(r for r in self.regions if r[0] in ("lambda", "as", "def", "class") and r[1] == depth)
+            self.regions = tuple(r for r in self.regions if r not in ends)
+            if bracket is not None and bracket.kind == _PARAMS:
+                bracket.expr = True
+            if depth == 0 and not any(r[0] == "lambda" for r in ends):
+                return self._new_statement(0)  # a compound statement's header ends
+            return None
+        if ch in "'\"":
+            self.prev = "value"
+        if depth == 0 and ch not in "*.)]}" and self.target_ok:
+            self.target_ok = False
+            return self._settle(0)
+        return None
+
+    def accepting(self) -> bool:
+        """May the completion end here? Not right after a name (or with deferred names) bound
+        nowhere: the text after the cursor cannot bind a name the completion wrote."""
+        name = self.word if self.word and not (self.word_dot or self.word_user) else ""
+        if self.decide is not None and not self.decide[2]:
+            name = self.decide[0]
+        if name and not (name[0].isdigit() or name in KEYWORDS or self.is_bound(name) or self.stmt):
+            return False
+        return all(self.is_bound(n) for n, _ in self.pending)
+
+
+def names_code(state, ch: str) -> bool:
+    """Is ``ch`` fed to lexer ``state`` code, as this monitor needs it: :func:`code_char`, and
+    also the first character of an f-string field (the lexer is then still deciding between
+    ``{{`` and a field, and calls it not code)."""
+    from .. import pylex
+
+    return code_char(state, ch) or (state.mode == pylex.FSTR_LBRACE and ch != "{")
+
+
+def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | None = None,
+                  lookback: int = 60) -> NamesMonitor | None:
+    """The names monitor for a completion at the end of ``prefix`` (``depth``: the lexer's bracket
+    depth there), with the statement the cursor is in replayed as context. None when the document's
+    namespace is dynamic, or when no line start within ``lookback`` lines replays to the lexer's
+    bracket depth (a statement this monitor cannot place: enforce nothing)."""
+    from .. import pylex
+
+    names = names if names is not None else document_names(prefix + suffix)
+    if names.dynamic:
+        return None
+    known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
+    start = len(prefix)
+    for _ in range(lookback):
+        start = prefix.rfind("\n", 0, max(0, start - 1)) + 1
+        if start > 0 and prefix[start - 2: start] == "\\\n":
+            continue  # a backslash continuation: the statement starts further up
+        monitor = _replay(prefix[start:], known, pylex)
+        if monitor is not None and len(monitor.stack) == depth:
+            monitor.replay = False
+            return monitor
+        if start == 0:
+            break
+    return None
+
+
+def _replay(text: str, known: frozenset, pylex) -> NamesMonitor | None:
+    """A monitor that has seen ``text`` (the user's, judged nothing); None if it does not lex."""
+    monitor = NamesMonitor(known)
+    monitor.replay = True
+    lex = pylex.Lex(None)
+    lex.indents = None
+    try:
+        for ch in text:
+            if not lex.pend:
+                monitor.feed(ch, len(lex.brackets), names_code(lex, ch))
+            lex.feed_char(ch)
+        if len(lex.brackets) > len(monitor.stack):
+            monitor._sync(len(lex.brackets))  # a bracket the last character opened
+    except (pylex.Reject, pylex.Complex):
+        return None
+    return monitor

@@ -1,0 +1,145 @@
+"""The names monitor (engine/monitors/names.py): names must exist, character by character.
+
+Accept/reject tables over small buffers with an independent oracle: pyflakes. Every accepted
+completion gives a document in which pyflakes finds no undefined name, and every refused one a
+document in which it finds exactly the name the monitor refused (the refusal comes at the first
+character after that name that settles it).
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from pyflakes import checker, messages
+
+from engine.monitors.names import NamesMonitor, document_names, names_code, names_monitor
+from engine.pylex import lex_text
+
+FUNC = "import os\n\n\ndef load(path, mode):\n    █\n    return path\n"
+OPEN = "import os\n\n\ndef load(path):\n    with open(█\n"
+METHOD = "class Box:\n    def __init__(self, size):\n        self.size = size\n\n    def grow(self):\n        █\n"
+
+
+def undefined(source: str) -> set[str]:
+    """pyflakes' undefined names (F821) in ``source``."""
+    found = checker.Checker(ast.parse(source)).messages
+    return {m.message_args[0] for m in found if isinstance(m, messages.UndefinedName)}
+
+
+def run(buffer: str, completion: str):
+    """Feed ``completion`` at █; ``(refusal or None, index of the refused character, monitor)``."""
+    prefix, suffix = buffer.split("█")
+    state = lex_text(prefix)
+    monitor = names_monitor(prefix, suffix, len(state.brackets))
+    assert monitor is not None
+    for i, ch in enumerate(completion):
+        refusal = monitor.feed(ch, len(state.brackets), names_code(state, ch))
+        if refusal is not None:
+            return refusal, i, monitor
+        state.feed_char(ch)
+    return None, len(completion), monitor
+
+
+ACCEPTED = [
+    (OPEN, "path, 'rb') as f:\n        return f.read()\n"),
+    (METHOD, "return self.size * 2\n"),
+    (FUNC, "data = [line.strip() for line in open(path)]\n"),
+    (FUNC, "pairs = {k: v for k, v in os.environ.items() if k}\n"),
+    (FUNC, "a, (b, *c) = mode, (1, 2, 3)\n"),
+    (FUNC, "[first, second] = path.split(os.sep, 1)\n"),
+    (FUNC, "for i, (j, k) in enumerate(zip(path, mode)):\n        print(i, j, k)\n"),
+    (FUNC, "with open(path) as fh, open(mode) as gh:\n        fh.write(gh.read())\n"),
+    (FUNC, "key = lambda item, default=mode: (item, default)\n"),
+    (FUNC, "def inner(a, b: int = 3, *rest, flag=False, **extra) -> int:\n        return a + b\n"),
+    (FUNC, "print(path, file=os.sys.stderr, sep='')\n"),
+    (FUNC, "if (n := len(path)) > 1:\n        print(n)\n"),
+    (FUNC, "label = f'{path!r:>10} {mode}' + rb'x'.decode()\n"),
+    (FUNC, "total: int = 0\n    total += len(path)\n"),
+    (FUNC, "global CACHE\n    CACHE = path\n"),
+    (FUNC, "from os.path import join as pjoin, split\n    pjoin(*split(path))\n"),
+    (FUNC, "try:\n        pass\n    except (OSError, ValueError) as exc:\n        raise RuntimeError(exc) from exc\n"),
+    (FUNC, "size = 1e3 + 0x1F + 2j.imag + len(__file__)\n"),
+    (FUNC, "x = y = path\n    obj = type('T', (), {})()\n    obj.attr, z = 1, 2\n"),
+    (FUNC, "class Inner(Exception, metaclass=type):\n        pass\n"),
+    (FUNC, "match mode:\n        case {'k': value, **others}:\n            print(value, others)\n"),
+    (FUNC, "nums = sorted(path, key=lambda t: (t, mode))\n"),
+    (FUNC, "gen = (c * 2\n           for c in path)\n"),
+    (FUNC, "if path: result = mode\n"),
+]
+
+
+@pytest.mark.parametrize("buffer,completion", ACCEPTED)
+def test_bound_names_are_accepted(buffer, completion):
+    refusal, _, monitor = run(buffer, completion)
+    assert refusal is None, refusal
+    prefix, suffix = buffer.split("█")
+    assert undefined(prefix + completion + suffix) == set()
+
+
+REFUSED = [
+    (OPEN, "file, 'rb') as f:\n", "file", ","),  # issue #12: the parameter is `path`
+    (OPEN, "file) as f:\n", "file", " "),  # `)` may still end `(file for file in ...)`: settled after it
+    (METHOD, "return selt.size\n", "selt", "."),  # issue #12
+    (FUNC, "result = Return\n", "Return", "\n"),  # issue #12
+    (FUNC, "print(pth)\n", "pth", "\n"),
+    (FUNC, "print(pth, path)\n", "pth", ","),
+    (FUNC, "value = path + suffix\n", "suffix", "\n"),
+    (FUNC, "x = [a, b]\n", "a", "\n"),  # `x = [a, b] = ...` would bind them
+    (FUNC, "x = max(a, b)\n", "a", ","),
+    (FUNC, "def inner(a=unknown):\n", "unknown", ")"),
+    (FUNC, "label = f'{nmae}'\n", "nmae", "'"),
+    (FUNC, "total += missing\n", "missing", "\n"),
+    (FUNC, "results.append(path)\n", "results", "."),
+]
+
+
+@pytest.mark.parametrize("buffer,completion,name,at", REFUSED)
+def test_unbound_names_are_refused_where_they_are_settled(buffer, completion, name, at):
+    refusal, index, _ = run(buffer, completion)
+    assert refusal is not None and refusal.rule == "unbound-name" and repr(name) in refusal.detail
+    assert completion[index] == at
+    prefix, suffix = buffer.split("█")
+    body = " " * (len(prefix) - prefix.rfind("\n") + 3) + "pass\n" if completion.endswith(":\n") else ""
+    assert name in undefined(prefix + completion + body + suffix)
+
+
+def test_a_name_is_judged_when_it_ends_not_while_it_is_written():
+    refusal, _, monitor = run(FUNC, "pat")  # a prefix of `path`, and of nothing bound: still allowed
+    assert refusal is None and not monitor.accepting()  # but the completion may not stop on it
+    refusal, _, monitor = run(FUNC, "path")
+    assert refusal is None and monitor.accepting()
+
+
+def test_a_name_the_completion_binds_may_be_loaded_after():
+    assert run(FUNC, "fresh = 1\n    print(fresh)\n")[0] is None
+    assert run(FUNC, "print(fresh)\n")[0] is not None
+
+
+def test_the_users_own_words_are_not_judged():
+    """A word the user started before the cursor is the user's (even when bound nowhere)."""
+    assert run("def f():\n    return selt█\n", ".x\n")[0] is None
+    assert run("def f():\n    return sel█\n", "t.x\n")[0] is None
+
+
+def test_dynamic_namespaces_get_no_monitor():
+    for source in ("from os import *\n", "globals()['x'] = 1\n", "exec('y = 1')\n", "import builtins\n__builtins__\n"):
+        assert document_names(source).dynamic
+        assert names_monitor(source, "", 0) is None
+    assert not document_names("import os\nx = os.sep\n").dynamic
+
+
+def test_document_names_are_tolerant_of_half_typed_code():
+    names = document_names("def f(path):\n    s = 'unterminated\n    return f'{width} \"\"\"never closed\n")
+    assert {"f", "path", "s", "width"} <= names.names and "unterminated" not in names.names
+    assert document_names("x.attr = 1\n").attributes == {"attr"}
+
+
+def test_monitor_copies_are_independent():
+    prefix, suffix = FUNC.split("█")
+    monitor = names_monitor(prefix, suffix, 0)
+    copy = monitor.copy()
+    for ch in "fresh = 1\n":
+        copy.feed(ch, 0, True)
+    assert "fresh" in copy.bound and "fresh" not in monitor.bound
+    assert isinstance(copy, NamesMonitor)
