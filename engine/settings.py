@@ -80,20 +80,28 @@ def to_wire(obj=None) -> dict:
 
 
 def from_wire(data, base: Settings | None = None) -> tuple[Settings, list[str]]:
-    """Parse camelCase (or snake_case) settings over ``base``; returns ``(settings, problems)``."""
+    """Parse camelCase (or snake_case) settings over ``base``; returns ``(settings, problems)``.
+
+    Settings absent from ``data`` keep their value in ``base``; a rejected one (wrong type, negative
+    number, unknown section shape) falls back to its default (``Settings()``), not to its value in
+    ``base``, and each problem says so: what the server reports is what it does."""
     settings = dataclasses.replace(base) if base is not None else Settings()
     problems: list[str] = []
-    _merge(settings, data, "", problems)
+    _merge(settings, data, "", problems, Settings())
     return settings, problems
 
 
-def _merge(obj, data, path: str, problems: list[str]) -> None:
+def _merge(obj, data, path: str, problems: list[str], defaults) -> None:
+    """Merge ``data`` into ``obj`` (a settings dataclass); ``defaults``: the same dataclass with
+    its default values, for rejected entries."""
     if data is None:
         return
-    if not isinstance(data, dict):
-        problems.append(f"{path or 'settings'}: expected an object, got {type(data).__name__}")
-        return
     fields = {f.name: f for f in dataclasses.fields(obj)}
+    if not isinstance(data, dict):
+        problems.append(f"{path or 'settings'}: expected an object, got {type(data).__name__} (defaults used)")
+        for name in fields:
+            setattr(obj, name, getattr(defaults, name))
+        return
     by_wire = {_camel(n): n for n in fields} | {n: n for n in fields}
     for key, value in data.items():
         name = by_wire.get(key)
@@ -101,28 +109,32 @@ def _merge(obj, data, path: str, problems: list[str]) -> None:
         if name is None:
             problems.append(f"{where}: unknown setting (ignored)")
             continue
-        current = getattr(obj, name)
+        current, default = getattr(obj, name), getattr(defaults, name)
         if dataclasses.is_dataclass(current):
             child = dataclasses.replace(current)
-            _merge(child, value, where, problems)
+            _merge(child, value, where, problems, default)
             setattr(obj, name, child)
-        elif isinstance(current, bool):
-            if isinstance(value, bool):
-                setattr(obj, name, value)
-            else:
-                problems.append(f"{where}: expected true/false, got {value!r} (default kept)")
-        elif isinstance(current, (int, float)):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                setattr(obj, name, type(current)(value))
-            else:
-                problems.append(f"{where}: expected a non-negative number, got {value!r} (default kept)")
-        elif isinstance(current, list):
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                setattr(obj, name, [scalar_text(v) for v in value])
-            else:
-                problems.append(f"{where}: expected a list of strings, got {value!r} (default kept)")
-        elif isinstance(current, str):
-            if isinstance(value, str):
-                setattr(obj, name, scalar_text(value))
-            else:
-                problems.append(f"{where}: expected a string, got {value!r} (default kept)")
+            continue
+        parsed, expected = _parse(current, value)
+        if expected is None:
+            setattr(obj, name, parsed)
+        else:
+            setattr(obj, name, list(default) if isinstance(default, list) else default)
+            problems.append(f"{where}: expected {expected}, got {value!r} (default {default!r} used)")
+
+
+def _parse(current, value):
+    """``(value as the type of current, None)``, or ``(None, what was expected)`` when rejected."""
+    if isinstance(current, bool):
+        return (value, None) if isinstance(value, bool) else (None, "true/false")
+    if isinstance(current, (int, float)):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            return type(current)(value), None
+        return None, "a non-negative number"
+    if isinstance(current, list):
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [scalar_text(v) for v in value], None
+        return None, "a list of strings"
+    if isinstance(value, str):
+        return scalar_text(value), None
+    return None, "a string"

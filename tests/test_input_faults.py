@@ -329,3 +329,49 @@ def test_r11_cli_case_is_completed_with_the_text_as_data(tmp_path):
     cut = sum(len(line) + 1 for line in R11_TEXT.split("\n")[:5]) + 49
     as_control = 3 + sum(len(tok.encode(t, add_special_tokens=False)) for t in (R11_TEXT[:cut], R11_TEXT[cut:]))
     assert json.loads(proc.stdout)["prompt_tokens"] > as_control  # each marker spelled out, not one control id
+
+
+# -- a rejected setting: the server does what it says ("defaults used") --------------------------------
+
+def settings_shown(server, count: int) -> list[str]:
+    """The first ``count`` window/showMessage texts (waiting for them)."""
+    server.wait_for(lambda m: len([x for x in server.messages if x.get("method") == "window/showMessage"]) >= count
+                    if m.get("method") == "window/showMessage" else False, timeout=60)
+    return [m["params"]["message"] for m in server.messages if m.get("method") == "window/showMessage"][:count]
+
+
+def tokens_at(server, uri: str, text: str) -> dict:
+    r7_open(server, uri, text)
+    line = text.count("\n", 0, len(text.rstrip("\n")))
+    r7_ask(server, "textDocument/inlineCompletion", uri, line, len(text.rstrip("\n").rsplit("\n", 1)[-1]))
+    return server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}})["result"]
+
+
+def test_rejected_settings_fall_back_to_defaults_as_reported():
+    from lsp_raw import RawServer
+
+    server = RawServer()
+    try:
+        server.initialize({"window": {"workDoneProgress": True, "showMessage": {}}},
+                          {"fsmComplete": {"generation": {"maxTokens": 2},
+                                           "constraints": {"fuseBias": "strong"}}})
+        server.wait_model_loaded()
+        # at initialize: a rejected value, reported once
+        assert "fuseBias" in settings_shown(server, 1)[0] and "defaults used" in settings_shown(server, 1)[0]
+        src = "import os\n\nprint(os.path.join('a', "
+        first = tokens_at(server, "file:///tmp/cfg/a.py", src)
+        assert first["tokens"] <= 2 and first["stopReason"] == "max_tokens"
+        # the case: a rejected change was reported as "defaults used" while the previous value (2) stayed
+        server.notify("workspace/didChangeConfiguration", {"settings": {"fsmComplete": {"generation": {"maxTokens": -1}}}})
+        shown = settings_shown(server, 2)[1]
+        assert "generation.maxTokens" in shown and "defaults used" in shown
+        second = tokens_at(server, "file:///tmp/cfg/b.py", src)
+        assert second["tokens"] > 2  # the default (48) is what applies now, as the message said
+        # sibling: a valid and a rejected key in one change; the valid one applies
+        server.notify("workspace/didChangeConfiguration",
+                      {"settings": {"fsmComplete": {"generation": {"maxTokens": 3, "temperature": "hot"}}}})
+        assert "generation.temperature" in settings_shown(server, 3)[2]
+        third = tokens_at(server, "file:///tmp/cfg/c.py", src)
+        assert third["tokens"] <= 3 and third["stopReason"] == "max_tokens"
+    finally:
+        server.kill()
