@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 
 @dataclass
@@ -24,6 +25,46 @@ class ProjectContext:
 
     documents: dict[str, str] = field(default_factory=dict)
     workspace: dict[str, str] = field(default_factory=dict)
+
+
+class StopReason(StrEnum):
+    """Why decoding ended (``Completion.stop_reason``; a ``str``, so ``== "eos"`` and JSON work)."""
+
+    EOS = "eos"  # the model chose a stop token (end of text, FIM end, file separator)
+    NEWLINE = "newline"  # a single-line completion reached a line break
+    DEDENT = "dedent"  # a multi-line completion left its block (a line indented less than its first)
+    MAX_TOKENS = "max_tokens"  # the token budget ran out
+    CANCELLED = "cancelled"  # ``CompletionRequest.cancel`` was set
+    FSM = "fsm"  # the lexer or a monitor refused every way on (no backtrack left)
+    FUSE = "fuse"  # the model wanted what the constraints forbid; stopped at the last valid point
+    EMPTY = "empty"  # the budget ran out and nothing usable was left (the text is empty)
+
+
+@dataclass
+class TraceStep:
+    """One decoding step of ``Completion.trace`` (for ``explain`` and the benchmark).
+
+    ``id``/``text``: the accepted token (None/"" when the step ended decoding); ``allowed``: tokens
+    the step's mask left allowed (None when unconstrained); ``mask_us``: µs spent composing and
+    applying the mask; ``refused``: candidate tokens the semantic monitors refused; ``masked_top``:
+    the model's favourite token id when the mask refused it; ``fuse``: the fuse's action
+    (``"bias"``, ``"continue"``, ``"stop"``, ``"safe-continuation"``) when it fired.
+    """
+
+    id: int | None = None
+    text: str = ""
+    allowed: int | None = None
+    mask_us: float | None = None
+    refused: int = 0
+    masked_top: int | None = None
+    fuse: str | None = None
+
+    def as_dict(self) -> dict:
+        """JSON-ready form: only the fields this step set (the ``--json`` trace)."""
+        out = {"allowed": self.allowed, "mask_us": self.mask_us, "refused": self.refused or None,
+               "masked_top": self.masked_top, "fuse": self.fuse, "id": self.id, "text": self.text if
+               self.id is not None else None}
+        return {k: v for k, v in out.items() if v is not None}
 
 
 @dataclass
@@ -58,22 +99,22 @@ class Completion:
     suffix (an auto-closed ``)`` or quote the completion already contains). ``timings_ms`` holds
     ``prompt``, ``prefill``, ``decode``, ``validate`` and ``total`` in milliseconds, and ``forward``:
     the part of ``decode`` spent in the model's single-token steps (the rest is sampling and the
-    constraints). ``trace`` has one
-    entry per decoded token (token id, text, allowed-token count, mask µs, fuse flag).
+    constraints). ``trace`` has one :class:`TraceStep` per decoded token, plus the step a fuse
+    stopped at.
     """
 
     text: str
     replace_suffix: int = 0
     multiline: bool = False
     cancelled: bool = False
-    stop_reason: str = ""  # "eos" | "newline" | "max_tokens" | "cancelled" | "fsm" | "empty"
+    stop_reason: StopReason | None = None  # None: not decoded here
     tokens: int = 0
     prompt_tokens: int = 0
     reused_tokens: int = 0  # KV-cache prefix tokens reused from the previous request
     fuses: int = 0
     validation: str = ""  # "ok" | "truncated" | "rejected" | "repaired" (a fix appended) | "skipped"
     timings_ms: dict[str, float] = field(default_factory=dict)
-    trace: list[dict] = field(default_factory=list)
+    trace: list[TraceStep] = field(default_factory=list)
     fingerprint: dict = field(default_factory=dict)  # engine.fingerprint.Fingerprint.as_dict() (constrained runs)
     semantics: dict = field(default_factory=dict)  # slot state before/after, member access, refusals, fuse events
     typed_through: int = 0  # > 0: the rest of a recent completion the user typed this many characters of (no decoding)

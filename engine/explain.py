@@ -15,16 +15,16 @@ def explanation(result: Completion, vocab_size: int, model: str = "") -> dict:
     """The explain record of ``result``; ``vocab_size`` is the tokenizer's (tokens)."""
     steps = []
     for i, entry in enumerate(result.trace):
-        allowed = entry.get("allowed")
+        allowed = entry.allowed
         steps.append({
             "step": i,
-            "token": entry.get("text", ""),
+            "token": entry.text,
             "allowed": allowed,
             "masked": None if allowed is None else vocab_size - allowed,
-            "refused_by_slots": entry.get("refused", 0),
-            "model_top_masked": "masked_top" in entry,
-            "fuse": entry.get("fuse"),
-            "mask_us": entry.get("mask_us"),
+            "refused_by_slots": entry.refused,
+            "model_top_masked": entry.masked_top is not None,
+            "fuse": entry.fuse,
+            "mask_us": entry.mask_us,
         })
     fp = result.fingerprint or {}
     sem = result.semantics or {}

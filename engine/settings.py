@@ -43,7 +43,7 @@ class ConstraintSettings:
     enabled: bool = True
     validate: bool = True  # tree-sitter + compile() post-filter
     code_only: bool = True  # mask comments in mid-line code completions
-    semantic: bool = True  # argument slots and member access from static resolution (engine/slots.py)
+    semantic: bool = True  # argument slots and member access from static resolution (engine/monitors/)
     # policy profile: "default" (ruff S113, PLW1510, PLW1514, S506) | "strict-http" | "off"
     required_arguments: str = "default"
     member_access: bool = True  # after ``name.``: only attributes jedi resolves for ``name``

@@ -141,7 +141,7 @@ def cmd_complete(args) -> int:
             "fuses": result.fuses,
             "timings_ms": result.timings_ms,
             "model": engine.model_name,
-            "trace": result.trace,
+            "trace": [step.as_dict() for step in result.trace],
         }
         print(json.dumps(item, indent=2, ensure_ascii=False))
     else:

@@ -125,7 +125,7 @@ def completion_row(task: Task, res) -> dict:
         "withheld": getattr(res, "withheld", ""),
         "empty": not res.text.strip(),
         "fuses": res.fuses,
-        "mask_us": [t["mask_us"] for t in res.trace if "mask_us" in t],
+        "mask_us": [t.mask_us for t in res.trace if t.mask_us is not None],
         "tokens": res.tokens,
         "decode_ms": res.timings_ms.get("decode", 0.0),
         "forward_ms": res.timings_ms.get("forward", 0.0),

@@ -8,12 +8,9 @@ import threading
 import pytest
 
 from engine.api import CompletionRequest
-from engine.complete import (
-    dominant_eol,
-    multiline_cut,
-    strip_suffix_overlap,
-    wants_multiline,
-)
+from engine.complete import wants_multiline
+from engine.finish import multiline_cut, strip_suffix_overlap, validated
+from engine.text import dominant_eol
 from engine.validate import count_syntax_errors
 
 BUFFERS = [
@@ -68,12 +65,12 @@ def test_trace_and_timings(engine):
     assert set(result.timings_ms) == {"prompt", "prefill", "decode", "forward", "validate", "total"}
     assert 0 < result.timings_ms["forward"] <= result.timings_ms["decode"]  # forward passes are part of decode
     assert len(result.trace) == result.tokens <= 6
-    assert all("mask_us" in step and "id" in step for step in result.trace)
+    assert all(step.mask_us is not None and step.id is not None for step in result.trace)
 
 
 def test_unconstrained_baseline_has_no_masks(engine):
     result = engine.complete(CompletionRequest(prefix="import os\nos.path.", suffix="\n", constraints=False, max_tokens=4))
-    assert all("mask_us" not in step for step in result.trace)
+    assert all(step.mask_us is None for step in result.trace)
 
 
 def test_kv_prefix_is_reused_when_typing(engine):
@@ -212,7 +209,7 @@ def test_warm_up_stops_between_chunks_and_yields_to_a_busy_engine(engine):
 
 def test_auto_closed_text_is_replaced_only_when_the_completion_typed_all_of_it(engine):
     # typed ")" itself: the auto-closed ")" is replaced, not doubled
-    text, replace, _ = engine._validated("x = f(", ["a", ")", ")"], ")\n")
+    text, replace, _ = validated("x = f(", ["a", ")", ")"], ")\n")
     assert (text, replace) == ("a)", 1)
     # the real model ends this argument with "," only: the suffix's ")," must stay (bench task,
     # test_mimetypes.py; replacing both characters dropped hasattr's ")")

@@ -171,7 +171,7 @@ def test_r9_sampled_ids_are_always_text_or_a_stop(qwen_shaped, constraints):
     for seed in range(1, 9):  # siblings: padding rows, added special ids, a plain added id; temperature 1
         result = engine.complete(CompletionRequest(prefix="x = ", suffix="\n", constraints=constraints, max_tokens=16,
                                                    temperature=1.0, seed=seed))
-        ids = [step["id"] for step in result.trace if "id" in step]
+        ids = [step.id for step in result.trace if step.id is not None]
         seen += len(ids)
         assert all(i < len(tok) for i in ids)  # no padding row
         assert not control & set(ids)  # no control id as text

@@ -157,7 +157,7 @@ def test_a_half_typed_replacement_field_is_code_everywhere(prefix):
 
 def test_a_call_in_a_replacement_field_gets_its_slots():
     from engine.signatures import resolve_call
-    from engine.slots import call_slots_at
+    from engine.monitors import call_slots_at
 
     prefix = 'def foo(a, b):\n    return a\n\nx = f"{foo(1, '
     assert fingerprint(prefix, "").mode == "call-arguments"

@@ -65,7 +65,7 @@ def test_tiny_checkpoint_completes_end_to_end(tmp_path):
     engine.load()
     result = engine.complete(CompletionRequest(prefix="def f(x):\n    return ", suffix="\n", max_tokens=8))
     assert result.prompt_tokens > 3 and result.tokens <= 8
-    assert all(step["mask_us"] >= 0 for step in result.trace)
+    assert all(step.mask_us >= 0 for step in result.trace)
 
 
 def test_missing_directory_says_how_to_fix(tmp_path):

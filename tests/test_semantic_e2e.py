@@ -221,7 +221,7 @@ def test_the_fuse_trips_exactly_when_the_models_favourite_is_masked(engine) -> N
     an open call with missing slots takes its safe continuation, otherwise stop or bias."""
     document = 'import requests\n\nr = requests.get("https://example.org", █\n'
     done, result = complete(engine, document, fuse_threshold=1.5)
-    masked = [i for i, step in enumerate(result.trace) if "masked_top" in step]
+    masked = [i for i, step in enumerate(result.trace) if step.masked_top is not None]
     events = result.semantics.get("fuses", [])
     assert [e["step"] for e in events] == [i for i in masked if i <= (events[-1]["step"] if events else -1)]
     assert all(e["allowed_mass"] < 1.5 and e["action"] in ("safe-continuation", "stop", "bias", "continue")

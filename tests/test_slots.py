@@ -1,4 +1,4 @@
-"""Argument-slot and member-access monitors (engine/slots.py), character by character.
+"""Argument-slot and member-access monitors (engine/monitors/), character by character.
 
 Accept/reject tables over hand-written call texts: every refusal names its rule, every accepted
 text is real Python (checked with ``compile``), and the safe continuation closes a call with its
@@ -11,7 +11,7 @@ import pytest
 
 from engine.pylex import lex_text
 from engine.signatures import CallSpec, Param, RequiredKeyword
-from engine.slots import MemberAccess, Semantics, call_slots_at
+from engine.monitors import MemberAccess, Semantics, call_slots_at
 
 GET = CallSpec(
     callee="requests.get", qualname="requests.get",
@@ -239,7 +239,7 @@ def test_yaml_load_needs_a_safe_loader(completion, ok) -> None:
     ("def f():\n    if a:\n        x = 1\n    e", "\n\n        # a comment\n        y = 2\n", "e"),
 ])
 def test_a_line_before_a_deeper_indented_one_must_open_a_block(prefix, suffix, typed) -> None:
-    from engine.slots import HEADER_KEYWORDS, block_header_at
+    from engine.monitors import HEADER_KEYWORDS, block_header_at
 
     state = lex_text(prefix)
     header = block_header_at(prefix, suffix, state)
@@ -276,6 +276,6 @@ def test_a_line_before_a_deeper_indented_one_must_open_a_block(prefix, suffix, t
     ('s = """\n    a', '\n        b\n"""\n'),  # inside a string
 ])
 def test_no_block_header_is_required_elsewhere(prefix, suffix) -> None:
-    from engine.slots import block_header_at
+    from engine.monitors import block_header_at
 
     assert block_header_at(prefix, suffix, lex_text(prefix)) is None

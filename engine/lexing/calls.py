@@ -2,7 +2,7 @@
 what is its callee as written, and which call's argument list is the cursor in.
 
 One home for the question the fingerprint (``in_call_args``), the slot resolver
-(:mod:`engine.signatures`) and the semantic monitors (:mod:`engine.slots`) all ask. A callee is the
+(:mod:`engine.signatures`) and the semantic monitors (:mod:`engine.monitors`) all ask. A callee is the
 primary expression before the ``(`` (Language Reference 6.3: names, attribute references, calls,
 subscriptions, string literals), as written; a ``(`` after a keyword (``if (``, ``return (``), after
 a number, or that opens the parameters of ``def f(`` or the bases of ``class C(`` is no call.

@@ -1,0 +1,283 @@
+"""Finishing a completion: from the decoded text to the text the editor inserts.
+
+:func:`finish` runs once after decoding, in this order:
+
+1. **cut** to the completion's shape: a single-line completion ends at its first line break (after
+   a leading one in call-arguments mode), a multi-line one where it leaves its block
+   (:func:`multiline_cut`); a single-line completion drops the tail the text after the cursor
+   already has (:func:`strip_suffix_overlap`); a constrained one ends where the lexer may stop;
+2. **closing**: open calls are closed with their missing policy keywords (the safe continuation,
+   :func:`closing`);
+3. **validation**: the longest prefix, at a token end, that compiles in the document
+   (:func:`engine.validate.longest_valid`); auto-closed characters after the cursor that the
+   completion typed are replaced only when the resulting document is the one validated
+   (:func:`validated`);
+4. **line finishing**: a single-line completion may have its line finished (brackets, a string, a
+   block opener's ``:``) at the longest valid point (:func:`engine.validate.finish_line`).
+
+Texts are ``\\n``-normalised; offsets are code points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .api import Completion
+from .lexing import automaton as pylex
+from .monitors.base import PROSE_MODES
+from .validate import finish_line, judge, longest_valid
+
+CLOSERS = frozenset(")]}'\":;, ")
+
+
+# -- the completion's shape -------------------------------------------------------------------------
+
+def _indent_of(line: str) -> int:
+    return pylex.indent_width(line[: len(line) - len(line.lstrip(" \t"))])
+
+
+def multiline_cut(cursor_line: str, text: str) -> int | None:
+    """Where a multi-line completion leaves its block: the offset of the newline before the first
+    non-blank line indented less than the completion's first line, or None."""
+    first_line = cursor_line + text.split("\n", 1)[0]
+    base = _indent_of(first_line)
+    pos = text.find("\n")
+    blank_run = 0
+    while pos >= 0:
+        nxt = text.find("\n", pos + 1)
+        line = text[pos + 1 : nxt if nxt >= 0 else len(text)]
+        if nxt < 0 and not line.strip():
+            return None  # the line is not typed yet
+        if line.strip():
+            blank_run = 0
+            if nxt < 0 and not line.lstrip(" \t"):
+                return None
+            if _indent_of(line) < base:
+                return pos
+        else:
+            blank_run += 1
+            if blank_run >= 2:
+                return pos
+        pos = nxt
+    return None
+
+
+def leading_break(text: str, allowed: bool) -> int:
+    """Length of the leading whitespace (line breaks included) of ``text`` when ``allowed``, else 0."""
+    return len(text) - len(text.lstrip(" \t\n")) if allowed else 0
+
+
+def ends_at(pieces: list[str], text: str) -> int:
+    """How many of ``pieces`` make up ``text`` (a prefix of their concatenation)."""
+    n = total = 0
+    for piece in pieces:
+        if total + len(piece) > len(text):
+            break
+        total += len(piece)
+        n += 1
+    return n
+
+
+def strip_suffix_overlap(text: str, suffix: str) -> str:
+    """Drop the tail of a single-line ``text`` that the suffix already has (``"Not e|qual"`` + ``qual``):
+    completions never duplicate the text after the cursor."""
+    line = suffix.split("\n", 1)[0]
+    for k in range(min(len(text), len(line)), 0, -1):
+        if text.endswith(line[:k]):
+            return text[:-k]
+    return text
+
+
+def cut_to_shape(text: str, *, multiline: bool, wrap_ok: bool, cursor_line: str, suffix: str) -> str:
+    """Step 1 of :func:`finish` without the lexer: the line or block cut and the suffix overlap."""
+    if not multiline:
+        lead = leading_break(text, wrap_ok)
+        return strip_suffix_overlap(text[:lead] + text[lead:].split("\n", 1)[0], suffix)
+    cut = multiline_cut(cursor_line, text)
+    if cut is not None:
+        text = text[:cut]
+    return text.rstrip(" \t\n") if text.strip() else ""
+
+
+# -- what finish needs --------------------------------------------------------------------------------
+
+@dataclass
+class Draft:
+    """What decoding produced: ``text`` (healed space removed), ``ends`` (text length after each
+    token), ``accepting`` (the lengths where the lexer and the monitors may stop; None when
+    decoding was unconstrained)."""
+
+    text: str
+    ends: list[int]
+    accepting: list[int] | None
+
+
+@dataclass
+class Cursor:
+    """The completion's surroundings: the ``\\n``-normalised document around the cursor and what
+    the request decided. ``start``: ``(lexer state, monitors)`` at the cursor (before the healed
+    space ``heal``) when the monitors ran; ``lex``: the lexer at the cursor (constrained runs);
+    ``top_level(offset)``: which line starts are statement starts (None: unknown); ``validate``:
+    settings ``constraints.validate``."""
+
+    prefix: str
+    suffix: str
+    cursor_line: str
+    multiline: bool
+    wrap_ok: bool
+    heal: str = ""
+    lex: pylex.Lex | None = None
+    start: tuple | None = None
+    top_level: object = None
+    validate: bool = True
+
+
+def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
+    """The final ``\\n``-normalised text of a completion (see the module docstring). Sets
+    ``result.validation``, ``result.replace_suffix`` and the ``semantics`` entries
+    ``safe_continuation``, ``final`` and ``line_fix``."""
+    text = cut_to_shape(draft.text, multiline=cur.multiline, wrap_ok=cur.wrap_ok, cursor_line=cur.cursor_line,
+                        suffix=cur.suffix)
+    cuts = draft.ends
+    if draft.accepting is not None:  # stop at the last valid point (not after a dangling '.', '!', escape, ...)
+        if len(text) not in draft.accepting:
+            text = text[: max(e for e in draft.accepting if e <= len(text))]
+        cuts = draft.accepting  # truncation candidates: where the FSM could have stopped
+    ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
+    pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
+    result.validation = "skipped"
+    monitored = cur.start is not None and not result.cancelled
+    closed = False
+    if monitored:  # close the open calls with their missing slots, at the longest valid point
+        accept = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
+        k, fix = closing(cur.start, cur.heal, pieces, result, accept)
+        if fix:
+            result.validation = "ok" if k == len(pieces) else "repaired"
+            pieces, closed = pieces[:k] + [fix], True
+            text = "".join(pieces)
+    if text and cur.validate and not closed:
+        text, result.replace_suffix, result.validation = validated(cur.prefix, pieces, cur.suffix, cur.top_level)
+        if monitored and not result.replace_suffix and len(text) < len("".join(pieces)):
+            kept = pieces[: ends_at(pieces, text)]  # truncated: the shorter text may need its slots
+            k, fix = closing(cur.start, cur.heal, kept, result, accept)
+            if fix:
+                pieces, closed = kept[:k] + [fix], True
+                text = "".join(pieces)
+                result.validation = "repaired"
+    if cur.lex is not None and cur.validate and not cur.multiline and not result.cancelled \
+            and not result.replace_suffix and not closed:
+        text = _finish_line(cur, pieces, text, result)
+    return text
+
+
+def _finish_line(cur: Cursor, generated: list[str], text: str, result: Completion) -> str:
+    """The code mode's safe continuation: finish the line (close brackets, a string, add a block
+    opener's ``:``) at the longest valid point, so the line compiles; when validation cut the
+    completion, a longer part of it may still finish the line with a fix."""
+    def fixes(t: str) -> list[str]:
+        return line_fixes(cur.lex, cur.heal + t)
+
+    pieces = generated[: ends_at(generated, text)]
+    done = None
+    if len(pieces) < len(generated):  # only the part beyond what validation kept
+        done = finish_line(cur.prefix, generated, cur.suffix, fixes, cur.top_level, shortest=len(pieces) + 1)
+        if done is not None:
+            pieces = generated
+    if done is None:
+        done = finish_line(cur.prefix, pieces, cur.suffix, fixes, cur.top_level)
+    if done is None or done == (len(pieces), ""):
+        return text
+    k, fix = done
+    result.semantics["line_fix"] = {"kept_pieces": k, "of": len(pieces), "appended": fix}
+    result.validation = "repaired"
+    return "".join(pieces[:k]) + fix
+
+
+def line_fixes(start: pylex.Lex, text: str) -> list[str]:
+    """What may finish the line after ``text`` (lexer ``start`` at the cursor): nothing, the
+    closers of the open brackets (after closing a plain string), then those plus ``:``."""
+    try:
+        st = pylex.lex_text(text, start=start)
+    except pylex.Reject:
+        return []
+    fix = ""
+    if st.mode == pylex.STR and not st.fs and not st.esc:
+        fix = st.q * (3 if st.tri else 1)
+        st = pylex.lex_text(fix, start=st)
+    if st.mode not in pylex.STOPPABLE or st.mode == pylex.COMMENT or st.pend:
+        return [""] if not fix else []
+    if any(not isinstance(f, str) for f in st.brackets):
+        return [""]  # inside an f-string field: leave it to the model
+    opened = st.brackets[len(start.brackets):] if st.brackets[: len(start.brackets)] == start.brackets else ()
+    inner = fix + "".join(pylex.OPENERS[f] for f in reversed(opened))  # brackets the completion opened
+    closers = fix + "".join(pylex.OPENERS[f] for f in reversed(st.brackets))
+    return list(dict.fromkeys(["", inner, closers, closers + ":"]))
+
+
+def validated(prefix: str, pieces: list[str], suffix: str, top_level=None) -> tuple[str, int, str]:
+    """Validate; when the text after the cursor on its line is only auto-closed characters
+    (``)``, quotes, ``:``...) that a longer part of the completion ends with, that part replaces
+    them (the LSP item's range covers them). Inserting ``text`` over them gives the same
+    document as inserting ``text`` without them, so that is what is judged. ``top_level``:
+    which line starts are statement starts (keeps the validated region out of strings).
+    Returns ``(text, replaced suffix code points, verdict)``."""
+    line = suffix.split("\n", 1)[0]
+    k, verdict = longest_valid(prefix, pieces, suffix, top_level)
+    if verdict != "ok" and line.strip() and set(line) <= CLOSERS:
+        accept = judge(prefix, suffix, top_level)
+        for k2 in range(len(pieces), k, -1):
+            text = "".join(pieces[:k2])
+            if text.endswith(line) and accept(text[: len(text) - len(line)]):
+                return text, len(line), "ok" if k2 == len(pieces) else "truncated"
+    return "".join(pieces[:k]), 0, verdict
+
+
+# -- the safe continuation ----------------------------------------------------------------------------
+
+def _suffix_ends_well(sem, state) -> bool:
+    """When the text after the cursor closes the cursor's call, would its ``)`` be accepted here
+    (every slot filled, policy values fine)? True when the suffix does not close it."""
+    cursor_calls = [c for c in sem.open_calls() if c.origin == "cursor"]
+    if not (sem.suffix_closes and cursor_calls and len(state.brackets) == cursor_calls[0].depth):
+        return True
+    return sem.copy().advance_state(state, b")")[1] is None
+
+
+def closing(start, heal: str, pieces: list[str], result: Completion, accept) -> tuple[int, str]:
+    """The safe continuation for the completion ``heal + "".join(pieces)`` from ``start`` (``(lexer
+    state, monitors)`` at the cursor): close the open calls with their missing policy keywords
+    (ruff S113 ``timeout=10`` ...) and the brackets the completion opened inside them. Returns
+    ``(k, closing)``: keep ``pieces[:k]`` and append ``closing``; the longest ``k`` whose closing the
+    lexer and the monitors accept (after a dangling ``.``, or inside a call whose required
+    positional is missing, a shorter text is closed); ``accept(text) -> bool`` is the validator's
+    verdict on the text with its closing. ``(len(pieces), "")`` when nothing is missing or nothing
+    can close it."""
+    for k in range(len(pieces), -1, -1):
+        sem = start[1].copy()
+        state, refusal = sem.advance_state(start[0], (heal + "".join(pieces[:k])).encode("utf-8"))
+        if refusal is not None:
+            continue
+        if k == len(pieces):
+            result.semantics["final"] = [c.describe() for c in sem.calls]
+            if not any(c.missing() for c in sem.open_calls()) and _suffix_ends_well(sem, state):
+                return len(pieces), ""
+        quote = ""
+        if state.mode == pylex.STR and not state.esc and not state.pend and not state.fs:
+            quote = state.q * (3 if state.tri else 1)  # stopped inside a string: close it first
+            state, refusal = sem.advance_state(state, quote.encode("utf-8"))
+            if refusal is not None:
+                continue
+        if state.mode in PROSE_MODES or state.pend:
+            continue
+        fix = sem.safe_continuation(sem.suffix_closes, state)
+        if not fix:
+            continue
+        after, refusal = sem.advance_state(state, fix.encode("utf-8"))
+        if refusal is not None or after.mode not in pylex.STOPPABLE or not _suffix_ends_well(sem, after):
+            continue  # e.g. ")" right after a dangling ".", or an unsafe yaml Loader the suffix's ")" ends
+        if not accept("".join(pieces[:k]) + quote + fix):
+            continue
+        result.semantics["safe_continuation"] = quote + fix
+        result.semantics["final"] = [c.describe() for c in sem.calls]  # the slot state as inserted
+        return k, quote + fix
+    return len(pieces), ""

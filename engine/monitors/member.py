@@ -1,0 +1,61 @@
+"""The member-access monitor (monitor-guided decoding, Agrawal et al., NeurIPS 2023).
+
+After ``name.`` where jedi resolves ``name`` (:func:`engine.signatures.member_names`), the
+identifier that follows must be one of its attributes (or a word of the user's domain vocabulary).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from .base import Refusal, ident_char
+
+
+class MemberAccess:
+    """After ``name.``: the identifier must be one of ``names`` (sorted), or a domain word."""
+
+    __slots__ = ("done", "names", "owner", "typed")
+
+    def __init__(self, names, typed: str = "", owner: str = ""):
+        self.names = tuple(sorted(names))
+        self.typed = typed
+        self.done = False
+        self.owner = owner
+
+    def copy(self) -> MemberAccess:
+        new = type(self).__new__(type(self))
+        new.names, new.typed, new.done, new.owner = self.names, self.typed, self.done, self.owner
+        return new
+
+    def _has_prefix(self, prefix: str) -> bool:
+        i = bisect.bisect_left(self.names, prefix)
+        return i < len(self.names) and self.names[i].startswith(prefix)
+
+    RULE = "unknown-attribute"
+
+    def _no_prefix(self) -> str:
+        return f"{self.owner} has no attribute starting {self.typed!r}"
+
+    def _not_member(self) -> str:
+        return f"{self.owner} has no attribute {self.typed!r}"
+
+    def _before_word(self, ch: str) -> Refusal | None:
+        return None  # whitespace after the dot; the lexer rules on it
+
+    def feed(self, ch: str) -> Refusal | None:
+        if self.done:
+            return None
+        if ident_char(ch):
+            self.typed += ch
+            return None if self._has_prefix(self.typed) else Refusal(self.RULE, self._no_prefix())
+        if not self.typed:
+            return self._before_word(ch)
+        self.done = True
+        return None if self._is_member(self.typed) else Refusal(self.RULE, self._not_member())
+
+    def _is_member(self, name: str) -> bool:
+        i = bisect.bisect_left(self.names, name)
+        return i < len(self.names) and self.names[i] == name
+
+    def accepting(self) -> bool:
+        return self.done or not self.typed or self._is_member(self.typed)

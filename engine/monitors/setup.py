@@ -1,0 +1,93 @@
+"""Which semantic monitors a completion at a cursor gets.
+
+:func:`monitors_at` resolves the call the cursor is in (its argument slots), the object before a
+``name.`` (member access) or the indentation's demand for a block header, and gives the monitors a
+resolver for calls the completion itself opens. Resolution failures leave a monitor out: a
+monitor is only ever added when its knowledge is static and certain (never block real code).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .. import signatures
+from ..lexing import automaton as pylex
+from ..required_arguments import PolicyTable, load_pyproject_rules
+from .base import PROSE_MODES
+from .block_header import block_header_at
+from .member import MemberAccess
+from .semantics import Semantics
+from .slots import call_slots_at
+
+_MEMBER_RE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.([A-Za-z_]\w*)?$")
+
+
+class RequiredArgumentTables:
+    """The required-argument policy table per project: the settings profile, overridden by the
+    nearest ``pyproject.toml`` ``[tool.fsm-complete.required-arguments]`` above a document path
+    (memoised by profile and project root)."""
+
+    def __init__(self):
+        self._tables: dict = {}
+
+    def for_path(self, profile: str, path: str | None) -> PolicyTable:
+        root = None
+        if path:
+            for parent in Path(path).resolve().parents:
+                if (parent / "pyproject.toml").is_file():
+                    root = parent
+                    break
+        key = (profile, str(root))
+        table = self._tables.get(key)
+        if table is None:
+            extra = load_pyproject_rules(root) if root is not None else {}
+            table = PolicyTable.from_config(extra.pop("profile", profile) if isinstance(extra, dict) else profile,
+                                            extra if isinstance(extra, dict) else None)
+            self._tables[key] = table
+        return table
+
+
+def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, policies: PolicyTable, *,
+                member_access: bool = True, domain_vocabulary=()) -> Semantics:
+    """The semantic monitors for a completion at the end of ``prefix`` (lexer ``state`` there; the
+    document is ``prefix + suffix``, ``path`` its file or None): the slots of the call the cursor is
+    in, member access after ``name.`` (or the block-header rule), and a resolver for calls the
+    completion opens. In a string or comment: no monitor."""
+    sem = Semantics(source=prefix)
+    if state.mode in PROSE_MODES:
+        return sem
+    source = prefix + suffix
+    memo: dict = {}
+
+    def resolver(text: str, paren: int):
+        callee = text[max(0, paren - 120): paren]
+        if callee not in memo:  # no decode step waits for jedi to parse the whole document
+            memo[callee] = signatures.resolve_callee(text, paren, path, policies, document=False)
+        return memo[callee]
+
+    sem.resolver = resolver
+    call = signatures.enclosing_call(source, len(prefix))
+    if call is not None:
+        spec = signatures.resolve_call(source, len(prefix), path, policies)
+        if spec is not None:
+            slots, sem.suffix_closes = call_slots_at(spec, prefix, call[1], suffix, state)
+            if slots is not None:
+                sem.calls.append(slots)
+    m = _MEMBER_RE.search(prefix[-300:])
+    header = block_header_at(prefix, suffix, state)
+    if header is not None:
+        sem.member = header  # the indentation after the cursor line asks for a compound statement
+    elif member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS):
+        names = signatures.member_names(source, len(prefix), path)
+        if names:
+            sem.member = MemberAccess(set(names) | set(domain_vocabulary), m.group(2) or "", m.group(1))
+    return sem
+
+
+def describe(sem: Semantics) -> dict:
+    """The monitors at the cursor for ``Completion.semantics`` (explain)."""
+    return {"calls": [c.describe() for c in sem.calls], "refusals": sem.refusals,
+            "member": None if sem.member is None else
+            {"object": sem.member.owner, "attributes": len(sem.member.names), "rule": sem.member.RULE},
+            "fuses": []}

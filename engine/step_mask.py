@@ -1,0 +1,209 @@
+"""The token mask of one decoding step: the FSM's allowed set, the step rules, bans, boosts and bias.
+
+Every constrained step's logits go through :meth:`StepMask.apply`, which composes, in order:
+
+1. the lexical FSM (:class:`engine.fsm.PythonGuide`): tokens that keep the code lexically valid;
+2. the step rules (:class:`StepRules`): no control characters ever; on the first step no stop
+   token and the first-token rule (no duplicated indentation, no blank first body line, a healed
+   space); while a block body's first line is pending, no line break;
+3. the tokens banned at this step after a dead end (backtracking);
+4. the domain-vocabulary boost (settings ``constraints.domainVocabulary``);
+5. the fuse's bias against the tokens the semantic monitors refused at the previous step.
+
+1 and 2 are one boolean mask ``[vocab]`` on the model's device, memoised (one
+:class:`engine.fsm.MaskMemo`) by (lexer state, step rules, first-token rule), so a steady-state
+step costs one dictionary lookup and one fused ``masked_fill``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fsm import MaskMemo, PythonGuide
+from .lexing import automaton as pylex
+from .monitors.base import PROSE_MODES
+
+DOMAIN_MODES = PROSE_MODES | {pylex.CODE, pylex.NAME, pylex.DOT, pylex.DOT_WS}  # where domain words are boosted
+
+
+def ends_mid_character(data: bytes) -> bool:
+    """True when ``data`` ends inside a UTF-8 multi-byte character."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b & 0xC0 != 0x80:  # a lead byte (or ASCII)
+            need = 1 if b < 0x80 else 2 if b < 0xE0 else 3 if b < 0xF0 else 4
+            return need > back
+    return False
+
+
+@dataclass(frozen=True)
+class StepRules:
+    """The decoding rules of one step besides the FSM.
+
+    ``first``: the first step (no stop token; the first-token rule applies). ``body_pending``: a
+    multi-line completion has opened a block whose indented first line is not written yet (no line
+    break: a body does not start with a blank line).
+    """
+
+    first: bool
+    body_pending: bool
+
+
+@dataclass(frozen=True)
+class FirstTokenRule:
+    """Tokens refused on the first step: ``blocked`` bool ``[vocab]`` (numpy), ``kind`` its memo key."""
+
+    blocked: np.ndarray
+    kind: object
+
+
+class StepMask:
+    """Composes each step's token mask for one tokenizer (built once at load, reused per request).
+
+    ``tokens``: the vocabulary's token bytes (None for ids that are not text); ``stop_ids``: the
+    end-of-text and FIM stop ids; ``logit_size``: the model's logits width (may exceed the
+    tokenizer: the extra ids are never allowed); ``device``: the model's torch device.
+    """
+
+    def __init__(self, tokens: list, stop_ids, logit_size: int, device):
+        self.tokens = tokens
+        self.device = device
+        self.logit_size = logit_size
+        size = len(tokens)
+        self.not_stop = ~np.isin(np.arange(size), list(set(stop_ids)))
+        self.partial_ids = [i for i, t in enumerate(tokens) if t and ends_mid_character(t)]
+        self.no_control = np.array(
+            [not (t and any(b < 0x20 and b not in (0x09, 0x0A, 0x0D) for b in t)) for t in tokens])
+        self.has_nl = np.array([bool(t) and (b"\n" in t or b"\r" in t) for t in tokens])
+        self.starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in tokens], dtype=bool)
+        self.starts_space = np.array([bool(t) and t[:1] == b" " for t in tokens], dtype=bool)
+        self.starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in tokens], dtype=bool)
+        # ids that are no text and no stop token (special and added tokens the template does not
+        # stop on): never sampled, in any mode
+        undecodable = np.array([t is None for t in tokens], dtype=bool)
+        undecodable[[i for i in set(stop_ids) if i < size]] = False
+        self._undecodable = self._to_device(self.fit_logits(undecodable))
+        self.memo = MaskMemo()
+        self.domain_words: list[str] = []
+        self._domain_ids: dict = {}  # word fragment -> boosted token ids (see domain_boost)
+
+    # -- the first-token rule ---------------------------------------------------------------------
+
+    def first_token_rule(self, heal: str, cursor_line: str, multiline: bool) -> FirstTokenRule | None:
+        """The first-token rule: after a healed space the first token must start with that space;
+        on a whitespace-only cursor line the indentation is typed already (no token starting with
+        whitespace) and a block body starts with a statement, not a blank line (multi-line: no
+        token starting with a line break). None: no rule (call only for constrained decoding)."""
+        if heal:
+            return FirstTokenRule(~self.starts_space, "heal")
+        if cursor_line.strip(" \t"):
+            return None
+        blocked = self.starts_nl.copy() if multiline else np.zeros_like(self.starts_nl)
+        if cursor_line:
+            blocked |= self.starts_ws
+        return FirstTokenRule(blocked, (multiline, bool(cursor_line)))
+
+    # -- the FSM and the step rules ---------------------------------------------------------------
+
+    def blocked(self, guide: PythonGuide, rules: StepRules, first: FirstTokenRule | None):
+        """``(blocked, allowed_count)``: bool ``[logit_size]`` on the device, the tokens to mask now
+        (the FSM's complement plus the step rules), and how many tokens stay allowed. Memoised."""
+        key = (guide.state.key(), rules, first.kind if rules.first and first is not None else None)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        allowed = guide.allowed_mask() & self.no_control
+        if rules.first:
+            allowed = allowed & self.not_stop
+            if first is not None:
+                allowed = allowed & ~first.blocked
+        if rules.body_pending:
+            allowed = allowed & ~self.has_nl
+        hit = (self._to_device(self.fit_logits(~allowed)), int(allowed.sum()))
+        self.memo.put(key, hit)
+        return hit
+
+    def fit_logits(self, blocked: np.ndarray) -> np.ndarray:
+        """A bool mask over the tokenizer's ids ``[vocab]`` -> over the model's logits
+        ``[logit_size]``: rows the model has beyond the tokenizer (padding rows, as in Qwen2.5's
+        151,936 logits for 151,665 ids) are blocked; ids beyond the logits are dropped."""
+        extra = self.logit_size - len(blocked)
+        if extra > 0:
+            return np.concatenate([blocked, np.ones(extra, dtype=bool)])
+        return blocked[: self.logit_size]
+
+    def decodable(self, logits):
+        """``logits [logit_size]`` with the ids the tokenizer cannot decode set to -inf (the
+        unconstrained step's only mask)."""
+        from .decode import mask_logits
+
+        return mask_logits(logits, self._undecodable)
+
+    def _to_device(self, array: np.ndarray):
+        import torch
+
+        tensor = torch.from_numpy(array)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device)
+
+    # -- the whole step ---------------------------------------------------------------------------
+
+    def apply(self, raw, guide: PythonGuide, rules: StepRules, first: FirstTokenRule | None, *,
+              banned: list[int] | None = None, tail: str = "", boost: float = 0.0, bias=None,
+              bias_amount: float = 0.0):
+        """The masked logits of one step: ``(logits [vocab], allowed_count, mask_us)``.
+
+        ``raw``: the model's logits ``[vocab]`` (left unchanged, kept for backtracking);
+        ``banned``: token ids that led into a dead end at this step; ``tail``: the text before the
+        next token (for the domain-word boost, ``boost`` logits added); ``bias``: token ids (tensor)
+        the monitors refused at the previous step, lowered by ``bias_amount`` logits. ``mask_us``:
+        µs spent composing and applying the mask.
+        """
+        from .decode import mask_logits
+
+        t0 = time.perf_counter()
+        blocked, allowed = self.blocked(guide, rules, first)
+        logits = mask_logits(raw, blocked)  # [vocab]
+        if banned:
+            logits[banned] = float("-inf")
+        if self.domain_words and guide.state.mode in DOMAIN_MODES:
+            ids = self.domain_boost(tail)
+            if ids is not None:
+                logits[ids] += boost
+        if bias is not None:
+            logits[bias] -= bias_amount
+        return logits, allowed, round((time.perf_counter() - t0) * 1e6, 1)
+
+    # -- domain vocabulary ------------------------------------------------------------------------
+
+    def set_domain_words(self, words) -> None:
+        """Use ``words`` (settings ``constraints.domainVocabulary``); the boost tables are rebuilt lazily."""
+        self._domain_ids = {}
+        self.domain_words = [w.strip() for w in words if w.strip()]
+
+    def domain_boost(self, tail: str):
+        """Token ids ``[n]`` (on the device) to boost after ``tail`` (the text before the next token):
+        at a word boundary the tokens that start a domain word (at least two of its characters, so a
+        bare space or letter never is), inside a domain word the tokens that continue it. None: none."""
+        if not self.domain_words:
+            return None
+        frag = re.search(r"\w*$", tail[-64:]).group(0)
+        key = frag if any(w.startswith(frag) and w != frag for w in self.domain_words) else ""
+        if key == "" and frag:
+            return None  # inside some other word
+        if key not in self._domain_ids:
+            import torch
+
+            if key:
+                rests = [w[len(key):].encode("utf-8") for w in self.domain_words if w.startswith(key) and w != key]
+                ids = {i for i, t in enumerate(self.tokens) if t and any(r.startswith(t) for r in rests)}
+            else:
+                forms = [f.encode("utf-8") for w in self.domain_words for f in (w, " " + w)]
+                ids = {i for i, t in enumerate(self.tokens)
+                       if t and len(t.strip()) >= 2 and any(f.startswith(t) for f in forms)}
+            self._domain_ids[key] = (torch.tensor(sorted(ids), dtype=torch.long, device=self.device)
+                                     if ids else None)
+        return self._domain_ids[key]
