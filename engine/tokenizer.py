@@ -41,6 +41,7 @@ class FastTokenizer:
         self.pad_token_id = ids.get("pad_token")
         extra = [tokenizer.token_to_id(t) for t in extra_special]
         self.all_special_ids = sorted({i for i in [*ids.values(), *extra] if i is not None})
+        self.all_special_tokens = sorted({*special.values(), *extra_special})
         self.added_tokens_decoder = tokenizer.get_added_tokens_decoder()  # id -> AddedToken
         self._vocab = tokenizer.get_vocab(with_added_tokens=True)
 

@@ -27,6 +27,7 @@ def same_as_transformers(path):
     assert own.get_vocab() == ref.get_vocab() and len(own) == len(ref)
     assert own.eos_token_id == ref.eos_token_id
     assert set(own.all_special_ids) == set(ref.all_special_ids)
+    assert set(own.all_special_tokens) == set(ref.all_special_tokens)
     assert set(own.added_tokens_decoder) == set(ref.added_tokens_decoder)
     assert from_hf_tokenizer(own, ("<fim_pad>",)) == from_hf_tokenizer(ref, ("<fim_pad>",))
 

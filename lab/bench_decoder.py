@@ -1,7 +1,7 @@
 """Per-token decode time of the model paths: transformers (``DynamicCache``) vs the own decoder
 (engine/llama.py), eager vs ``torch.compile``. A lab tool: nothing the editor runs imports it.
 
-``python3 -m engine.bench_decoder [--model DIR] [--context 320] [--steps 200] [--threads 1] [--compile]``
+``python3 -m lab.bench_decoder [--model DIR] [--context 320] [--steps 200] [--threads 1] [--compile]``
 prints one JSON object: milliseconds per decode step (wall-clock median and p90, and the median CPU
 time of the calling thread, which a shared machine disturbs less, over ``--steps`` steps after a
 prompt of ``--context`` tokens), per path.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from .settings import DEFAULT_MODEL_DIR
+from engine.settings import DEFAULT_MODEL_DIR
 
 
 def _time_steps(step, first: int, steps: int) -> dict:
@@ -35,9 +35,20 @@ def _time_steps(step, first: int, steps: int) -> dict:
             "cpu_ms_median": round(statistics.median(cpu), 3)}
 
 
+def _time_prefill(prefill, reset, runs: int = 5) -> dict:
+    """ms of ``prefill()`` from an empty cache (median of ``runs`` after one untimed run)."""
+    times = []
+    for i in range(runs + 1):
+        reset()
+        t0 = time.perf_counter()
+        prefill()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return {"prefill_ms_median": round(statistics.median(times[1:]), 2)}
+
+
 def bench_transformers(path: Path, prompt: list[int], steps: int) -> dict:
-    from .decode import KVCache
-    from .model import load_model
+    from engine.decode import KVCache
+    from engine.model import load_model
 
     lm = load_model(path, "cpu", "float32", decoder="transformers")
     kv = KVCache(lm.model, lm.device)
@@ -47,12 +58,12 @@ def bench_transformers(path: Path, prompt: list[int], steps: int) -> dict:
             kv.drop_last(len(kv.ids) - len(prompt))
         kv.decode_one_token(tok)
 
-    kv.prefill(prompt)
-    return _time_steps(step, 5, steps)
+    pre = _time_prefill(lambda: kv.prefill(prompt), kv.reset)
+    return pre | _time_steps(step, 5, steps)
 
 
 def bench_own(path: Path, prompt: list[int], steps: int, compiled: bool = False) -> dict:
-    from .llama import load_decoder
+    from engine.llama import load_decoder
 
     dec = load_decoder(path, "cpu", torch.float32)
     out = {}
@@ -64,7 +75,7 @@ def bench_own(path: Path, prompt: list[int], steps: int, compiled: bool = False)
             dec.decode_step(torch.tensor([5]))  # the first call compiles
         out["compile_s"] = round(time.perf_counter() - t0, 1)
     else:
-        dec.forward(torch.tensor(prompt))
+        out |= _time_prefill(lambda: dec.forward(torch.tensor(prompt)), lambda: dec.truncate(0))
 
     def step(tok):
         if dec.length >= len(prompt) + 16:
@@ -76,7 +87,7 @@ def bench_own(path: Path, prompt: list[int], steps: int, compiled: bool = False)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m engine.bench_decoder", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m lab.bench_decoder", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=str(DEFAULT_MODEL_DIR))
     ap.add_argument("--context", type=int, default=320, help="prompt tokens before the timed steps")
     ap.add_argument("--steps", type=int, default=200)
@@ -84,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="also time the own decoder under torch.compile")
     ap.add_argument("--paths", default="transformers,own", help="comma-separated: transformers, own")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)  # decode steps and prefill alike (KVCache's prefill_threads not used)
     path = Path(args.model)
     prompt = [(7 * i) % 1000 + 10 for i in range(args.context)]
     report = {"model": path.name, "context": args.context, "threads": args.threads}
