@@ -49,11 +49,25 @@ def test_the_lab_loads_only_for_its_commands():
     assert "lab" in loaded  # --kinds is checked by lab.tasks: the probe above can see a lab import
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            test = getattr(child, "test", None) if isinstance(child, ast.If) else None
+            if test is not None and "TYPE_CHECKING" in ast.unparse(test):
+                stack.extend(child.orelse)
+                continue
+            stack.append(child)
+
+
 def _project_imports(path: Path, package: str) -> set[str]:
     """Project modules that ``path`` (a module of ``package``) imports anywhere in its body, function-level
-    imports included; relative imports are resolved against ``package``."""
+    imports included (not those under ``if TYPE_CHECKING:``); relative imports are resolved against ``package``."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -1,0 +1,147 @@
+"""Handlers: thin glue named after the LSP methods they answer (jedi-language-server style).
+
+A handler fetches the document, calls the engine host (:mod:`lsp_server.host`) or the server's
+session methods, and converts with :mod:`lsp_server.convert`; :class:`lsp_server.server.FsmCompleteServer`
+registers every entry of :data:`HANDLERS`. Custom requests: :data:`DOCUMENT_TEXT`,
+:data:`LAST_ENGINE_REQUEST`, :data:`EXPLAIN`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
+
+from engine import lexing
+from lsp_server import convert
+
+if TYPE_CHECKING:
+    from lsp_server.server import FsmCompleteServer
+
+logger = logging.getLogger(__name__)
+
+DOCUMENT_TEXT = "fsmComplete/documentText"
+"""Custom request: ``{"textDocument": {"uri": ...}}`` -> ``{"text": str, "version": int}`` or null."""
+LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"
+"""Custom request: ``{"textDocument": {"uri": ...}}`` -> what the engine last saw for that document
+and, once decoding ended, how (:class:`lsp_server.host.EngineRequestRecord`, camelCase keys: ``offset``
+in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``, ``tokens``, ``stopReason``,
+``cancelled``, ``promptTokens``, ``reusedTokens``, ...); null when it saw nothing."""
+EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
+
+
+HANDLERS: list[tuple[str, Any, Callable]] = []
+"""``(LSP method, registration options, handler)``, registered by :class:`lsp_server.server.FsmCompleteServer`."""
+
+
+def _feature(method: str, options: Any = None):
+    def register(handler):
+        HANDLERS.append((method, options, handler))
+        return handler
+
+    return register
+
+
+@_feature(types.INITIALIZE)
+def initialize(ls: FsmCompleteServer, params: types.InitializeParams) -> None:
+    ls.initialize(params)
+
+
+@_feature(types.INITIALIZED)
+def initialized(ls: FsmCompleteServer, params: types.InitializedParams) -> None:
+    ls.initialized()
+
+
+@_feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: FsmCompleteServer, params: types.DidOpenTextDocumentParams) -> None:
+    ls.documents.open(params.text_document)
+
+
+@_feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: FsmCompleteServer, params: types.DidChangeTextDocumentParams) -> None:
+    doc = ls.documents.change(params.text_document, params.content_changes, ls.position_encoding)
+    if doc is None:
+        logger.info("didChange for %s, which is not open: ignored", params.text_document.uri)
+        return
+    ls.host.schedule_warm_up(doc)
+
+
+@_feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: FsmCompleteServer, params: types.DidCloseTextDocumentParams) -> None:
+    ls.host.requests.pop(params.text_document.uri, None)
+    if ls.documents.close(params.text_document.uri) is None:
+        logger.info("didClose for %s, which is not open: ignored", params.text_document.uri)
+
+
+@_feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+async def did_change_configuration(
+    ls: FsmCompleteServer, params: types.DidChangeConfigurationParams
+) -> None:
+    await ls.change_settings(params.settings)
+
+
+@_feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(
+    ls: FsmCompleteServer, params: types.InlineCompletionParams
+) -> types.InlineCompletionList | None:
+    doc = ls.documents.get(params.text_document.uri)
+    if doc is None:
+        return None
+    cursor = doc.cursor(params.position, ls.position_encoding)
+    edit = await ls.host.complete(doc, cursor)
+    if edit is None:
+        return types.InlineCompletionList(items=[])
+    return types.InlineCompletionList(items=[convert.lsp_inline_item(cursor, edit)])
+
+
+@_feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))
+async def completion(
+    ls: FsmCompleteServer, params: types.CompletionParams
+) -> types.CompletionList | None:
+    doc = ls.documents.get(params.text_document.uri)
+    if doc is None:
+        return None
+    cursor = doc.cursor(params.position, ls.position_encoding)
+    context = lexing.cursor_context(cursor.text[: cursor.offset])
+    trigger = params.context.trigger_character if params.context is not None else None
+    if trigger == "." and context.kind != lexing.CODE:
+        return types.CompletionList(is_incomplete=False, items=[])
+    edit = await ls.host.complete(doc, cursor, single_line=True, context=context)
+    items = [convert.lsp_completion_item(cursor, edit)] if edit is not None else []
+    return types.CompletionList(is_incomplete=True, items=items)
+
+
+@_feature(DOCUMENT_TEXT)
+def document_text(ls: FsmCompleteServer, params: Any) -> dict | None:
+    doc = ls.documents.get(_custom_uri(params, DOCUMENT_TEXT))
+    return None if doc is None else {"text": doc.text, "version": doc.version}
+
+
+@_feature(LAST_ENGINE_REQUEST)
+def last_engine_request(ls: FsmCompleteServer, params: Any) -> dict | None:
+    record = ls.host.requests.get(_custom_uri(params, LAST_ENGINE_REQUEST))
+    return None if record is None else record.to_wire()
+
+
+@_feature(EXPLAIN)
+async def explain(ls: FsmCompleteServer, params: Any) -> dict | None:
+    uri = _custom_uri(params, EXPLAIN)
+    position = getattr(params, "position", None)
+    line, character = getattr(position, "line", None), getattr(position, "character", None)
+    if not (isinstance(line, int) and isinstance(character, int)) or line < 0 or character < 0:
+        raise JsonRpcInvalidParams(f'{EXPLAIN} needs "position": {{"line": int, "character": int}} (0-based)')
+    doc = ls.documents.get(uri)
+    if doc is None:
+        return None
+    cursor = doc.cursor(types.Position(line=line, character=character), ls.position_encoding)
+    return await ls.host.explain(doc, cursor)
+
+
+def _custom_uri(params: Any, method: str) -> str:
+    """``params.textDocument.uri`` of a custom request (params arrive as named tuples)."""
+    uri = getattr(getattr(params, "textDocument", None), "uri", None)
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f'{method} needs {{"textDocument": {{"uri": string}}}}')
+    return uri

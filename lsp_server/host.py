@@ -1,0 +1,451 @@
+"""The engine host: the engine's life inside the server (load, decode, warm-up, cancel, records).
+
+One :class:`EngineHost` per server. The model loads on a daemon thread with ``$/progress``
+(:meth:`EngineHost.load`); decoding runs on a daemon thread, one decode at a time (an
+``asyncio.Lock``), while the event loop keeps reading messages; ``$/cancelRequest`` sets the
+request's ``threading.Event``, which the engine checks at every token; after an edit the host
+prefills the KV cache for a cursor where the edit ended (warm-up, :data:`WARM_UP_DELAY_S`); what
+the engine last saw for each document is kept as an :class:`EngineRequestRecord`
+(``fsmComplete/lastEngineRequest``).
+
+Only this module (and, through it, the loading thread) imports the engine's model code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from lsprotocol import types
+
+from engine import lexing
+from engine.settings import Settings
+from lsp_server import convert
+from lsp_server.document import Document
+
+if TYPE_CHECKING:
+    from lsp_server.server import FsmCompleteServer
+
+logger = logging.getLogger(__name__)
+
+WARM_UP_DELAY_S = 0.05  # quiet time after a change before the warm-up (prefill on edit) starts
+CLIENT_REQUEST_TIMEOUT_S = 10.0  # how long a server->client request (progress, configuration) may take
+_EXIT_JOIN_TIMEOUT_S = 2.0
+
+
+@dataclass
+class EngineRequestRecord:
+    """What the engine last saw for a document and, once decoding ended, how it ended.
+
+    The wire form (:meth:`to_wire`, the answer of ``fsmComplete/lastEngineRequest``) has camelCase
+    keys: ``id``, ``version``, ``offset`` (code points, 0-based), ``context``, ``multiline``,
+    ``prefixTail``/``suffixHead`` (64 code points each side of the cursor), then ``tokens``,
+    ``stopReason``, ``cancelled`` once decoding ended, and ``fuses``, ``promptTokens`` (the prompt's
+    length in tokens after truncation to the model window), ``reusedTokens`` (how many of them the
+    KV cache already held), ``latencyMs``, ``mode`` when it ended with a completion. An ``explain``
+    request's record has ``explain: true`` and no cursor context.
+    """
+
+    id: Any
+    version: int | None
+    offset: int
+    context: str | None = None
+    multiline: bool | None = None
+    prefix_tail: str = ""
+    suffix_head: str = ""
+    explain: bool = False
+    # outcome: None until decoding ended
+    tokens: int | None = None
+    stop_reason: str | None = None
+    cancelled: bool | None = None
+    # only when decoding ended with a completion
+    fuses: int | None = None
+    prompt_tokens: int | None = None
+    reused_tokens: int | None = None
+    latency_ms: float | None = None
+    mode: str | None = None
+
+    def ended(self, stop_reason: str, cancelled: bool) -> None:
+        """Decoding ended without a completion (cancelled before it started, or an error)."""
+        self.tokens, self.stop_reason, self.cancelled = 0, stop_reason, cancelled
+
+    def completed(self, completion, cancelled: bool) -> None:
+        """Decoding ended with ``completion`` (an :class:`engine.api.Completion`)."""
+        self.tokens, self.stop_reason, self.cancelled = completion.tokens, completion.stop_reason, cancelled
+        self.fuses = completion.fuses
+        self.prompt_tokens, self.reused_tokens = completion.prompt_tokens, completion.reused_tokens
+        self.latency_ms = completion.timings_ms.get("total", 0.0)
+        self.mode = completion.fingerprint.get("mode", "unconstrained")
+
+    def to_wire(self) -> dict:
+        out: dict[str, Any] = {"id": self.id, "version": self.version, "offset": self.offset}
+        if self.explain:
+            out["explain"] = True
+        else:
+            out.update(context=self.context, multiline=self.multiline, prefixTail=self.prefix_tail,
+                       suffixHead=self.suffix_head)
+        if self.tokens is not None:
+            out.update(tokens=self.tokens, stopReason=self.stop_reason, cancelled=self.cancelled)
+        if self.fuses is not None:
+            out.update(fuses=self.fuses, promptTokens=self.prompt_tokens, reusedTokens=self.reused_tokens,
+                       latencyMs=self.latency_ms, mode=self.mode)
+        return out
+
+
+class EngineHost:
+    """The engine handle and everything that runs it for ``server``: threads, loading with progress,
+    the decode lock, cancellation, warm-up and the per-document request records."""
+
+    def __init__(self, server: FsmCompleteServer):
+        self._server = server
+        self.engine = None
+        self.engine_error: str | None = None
+        self.requests: dict[str, EngineRequestRecord] = {}  # by URI, see fsmComplete/lastEngineRequest
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._ready = asyncio.Event()  # set: the model loaded or failed to
+        self._load_task: asyncio.Task | None = None
+        self._load_generation = 0
+        self._shown_errors: set[str] = set()  # decode failures already shown with window/showMessage
+        self._decode_lock = asyncio.Lock()
+        self._saving: asyncio.Future | None = None  # the FSM cache write under way (_save_tables_soon)
+        self._cancel_events: dict[Any, threading.Event] = {}
+        self._threads: set[threading.Thread] = set()
+        self._warm_up_timer: asyncio.TimerHandle | None = None
+        self._warm_up_stop = threading.Event()  # set: the running warm-up (if any) stops
+
+    # -- threads
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to the event loop that serves the session (called from that loop's thread)."""
+        self._loop, self._loop_thread = loop, threading.get_ident()
+
+    def in_thread(self, fn: Callable[..., Any], *args, name: str) -> asyncio.Future:
+        """Run ``fn(*args)`` on a new daemon thread; the returned future resolves on the loop."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if future.done():
+                return
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+        def run() -> None:
+            try:
+                result, ok = fn(*args), True
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                result, ok = exc, False
+            finally:
+                self._threads.discard(threading.current_thread())
+            with contextlib.suppress(RuntimeError):  # loop closed: nobody is waiting
+                loop.call_soon_threadsafe(settle, ok, result)
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        self._threads.add(thread)
+        thread.start()
+        return future
+
+    def call_soon(self, fn: Callable[..., Any], *args) -> None:
+        """Run ``fn(*args)`` on the event loop thread, from any thread."""
+        loop = self._loop
+        if loop is None or self._server.closed:
+            return
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(fn, *args)
+
+    def join_threads(self) -> None:
+        """Give decode threads (already cancelled: they stop at the next token) a moment to end.
+        A model load cannot be interrupted and is not waited for."""
+        deadline = time.monotonic() + _EXIT_JOIN_TIMEOUT_S
+        for thread in list(self._threads):
+            if thread.name.startswith("fsm-complete-decode"):
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def busy_threads(self) -> bool:
+        """Whether a decode or model load is still running (it cannot be interrupted)."""
+        return any(thread.is_alive() for thread in self._threads)
+
+    # -- loading
+
+    @property
+    def load_started(self) -> bool:
+        return self._load_task is not None
+
+    def start_loading(self) -> None:
+        """Load the model for the server's current settings in the background (replacing any
+        engine or load error)."""
+        self.engine, self.engine_error = None, None
+        self._ready.clear()
+        self._load_task = asyncio.ensure_future(self.load())
+
+    def apply_settings(self, settings: Settings, old: Settings) -> None:
+        """New settings: the engine takes them for the next request, or loads again when the model
+        section changed (or the model had failed to load)."""
+        if self.engine is not None and settings.model == old.model:
+            self.engine.update_settings(settings)
+            logger.info("settings updated")
+        elif self.engine is not None or self.engine_error is not None:
+            logger.info("model settings changed: loading the model again")
+            self.start_loading()
+
+    async def load(self) -> None:
+        """Load the model on a thread, reporting ``$/progress``; one showMessage if it fails."""
+        self._load_generation += 1
+        generation = self._load_generation
+        token = f"fsm-complete/load/{uuid.uuid4()}"
+        progress = await self._create_progress(token)
+        settings = self._server.settings
+        if progress:
+            self._server.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                title="fsm-complete", message=f"loading model {settings.model_dir()}", percentage=0))
+
+        def report(message: str, percent: float) -> None:
+            if progress:
+                self.call_soon(self._report_progress, token, message, percent)
+
+        try:
+            engine = await self.in_thread(_load_engine, settings, report, name="fsm-complete-load")
+            if generation != self._load_generation:
+                return  # the settings changed while loading; a newer load is under way
+            self.engine = engine
+            logger.info("model %s loaded", getattr(engine, "model_name", "?"))
+            done = "model loaded"
+        except Exception as exc:
+            if generation != self._load_generation:
+                return
+            self.engine_error = _load_error_message(exc)
+            logger.error("model loading failed: %s", self.engine_error, exc_info=_is_unexpected(exc))
+            self._server.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Error,
+                message=f"fsm-complete: {self.engine_error.rstrip('. ')}. Completions are off until this is fixed."))
+            done = "model loading failed"
+        finally:
+            if generation == self._load_generation:
+                self._ready.set()
+            elif progress:
+                self._server.work_done_progress.end(token, types.WorkDoneProgressEnd(message="superseded"))
+        if progress and generation == self._load_generation:
+            self._server.work_done_progress.end(token, types.WorkDoneProgressEnd(message=done))
+
+    async def _create_progress(self, token: str) -> bool:
+        window = self._server.client_capabilities.window
+        if window is None or not window.work_done_progress:
+            return False
+        try:
+            await asyncio.wait_for(self._server.work_done_progress.create_async(token), CLIENT_REQUEST_TIMEOUT_S)
+            return True
+        except Exception as exc:
+            logger.info("no progress reporting: window/workDoneProgress/create failed: %s", exc)
+            return False
+
+    def _report_progress(self, token: str, message: str, percent: float) -> None:
+        percentage = max(0, min(100, int(percent)))
+        self._server.work_done_progress.report(
+            token, types.WorkDoneProgressReport(message=message, percentage=percentage))
+
+    # -- requests
+
+    async def complete(
+        self,
+        doc: Document,
+        cursor: convert.Cursor,
+        *,
+        single_line: bool = False,
+        context: lexing.Context | None = None,
+    ) -> convert.Edit | None:
+        """The completion at ``cursor`` as a document edit; None when there is none to offer.
+
+        Waits for the model to load; None when it failed, when the request is cancelled (the
+        engine stops at the next token), or when ``doc`` changed while decoding (the result was
+        computed for an older version).
+        """
+        msg_id = self._server.protocol.msg_id
+        version = doc.version  # the version ``cursor`` was taken from
+        cancel = threading.Event()
+        self._cancel_events[msg_id] = cancel
+        try:
+            await self._ready.wait()
+            engine = self.engine
+            if engine is None:
+                return None
+            context = context or lexing.cursor_context(cursor.text[: cursor.offset])
+            prose = context.kind != lexing.CODE
+            request = convert.to_engine_request(
+                cursor, multiline=False if single_line or prose else None, cancel=cancel,
+                path=convert.document_path(doc.uri),
+            )
+            record = EngineRequestRecord(id=msg_id, version=version, offset=cursor.offset, context=context.kind,
+                                         multiline=request.multiline, prefix_tail=request.prefix[-64:],
+                                         suffix_head=request.suffix[:64])
+            self.requests[doc.uri] = record
+            logger.debug("engine request %s %s", doc.uri, json.dumps(record.to_wire()))
+            completion = await self._decode(engine, request, record)
+            if completion is None or completion.cancelled:
+                return None
+            if self._server.documents.get(doc.uri) is not doc or doc.version != version:
+                logger.debug("request %r: %s changed while decoding; result dropped", msg_id, doc.uri)
+                return None
+            full = convert.normalise_line_endings(completion.text)
+            text = lexing.clip_to_context(full, context, cursor.line_suffix)
+            if single_line:
+                text = text.split("\n", 1)[0]
+            replace = completion.replace_suffix if text == full else 0
+            return convert.completion_edit(cursor, text, replace)
+        finally:
+            self._cancel_events.pop(msg_id, None)
+
+    async def explain(self, doc: Document, cursor: convert.Cursor) -> dict | None:
+        """The explain record (engine/explain.py) of a fresh completion at ``cursor``, with its
+        Markdown rendering under ``"markdown"``; None when the model is not available."""
+        from engine.explain import explanation, to_markdown
+
+        await self._ready.wait()
+        engine = self.engine
+        if engine is None:
+            return None
+        request = convert.to_engine_request(cursor, cancel=threading.Event(), path=convert.document_path(doc.uri))
+        record = EngineRequestRecord(id=self._server.protocol.msg_id, version=doc.version, offset=cursor.offset,
+                                     explain=True)
+        completion = await self._decode(engine, request, record)
+        if completion is None:
+            return None
+        out = explanation(completion, engine.index.size, engine.model_name)
+        out["markdown"] = to_markdown(out)
+        return out
+
+    async def _decode(self, engine, request, record: EngineRequestRecord):
+        """``engine.complete(request)`` on a thread, one at a time. Cancelling the awaiting task
+        sets ``request.cancel``; the slot is freed when the thread returns. ``record`` gets the
+        outcome even when nobody waits for it."""
+        self._warm_up_stop.set()  # a running warm-up ends after its current chunk
+        await self._decode_lock.acquire()
+        if request.cancel.is_set():
+            self._decode_lock.release()
+            record.ended("cancelled", cancelled=True)
+            return None
+        future = self.in_thread(engine.complete, request, name="fsm-complete-decode")
+
+        def finished(future: asyncio.Future) -> None:
+            self._decode_lock.release()
+            self._save_tables_soon(engine)
+            if future.cancelled() or future.exception() is not None:
+                record.ended("error", cancelled=request.cancel.is_set())
+                return
+            completion = future.result()
+            record.completed(completion, cancelled=completion.cancelled or request.cancel.is_set())
+            logger.debug("request %r: %d tokens, stop %s%s, %.0f ms", record.id, completion.tokens,
+                         completion.stop_reason, " (cancelled)" if record.cancelled else "", record.latency_ms)
+
+        future.add_done_callback(finished)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            request.cancel.set()
+            raise
+        except Exception as exc:
+            self._decode_failed(exc)
+            return None
+
+    def _save_tables_soon(self, engine) -> None:
+        """Write the FSM tables the last request built to the disk cache, on a thread off the
+        request path (one at a time), so that the next server start loads them instead of
+        rebuilding (seconds with a large vocabulary)."""
+        if not getattr(engine, "tables_unsaved", False) or (self._saving is not None and not self._saving.done()):
+            return
+        self._saving = self.in_thread(engine.save_tables, name="fsm-complete-save-tables")
+
+    def _decode_failed(self, exc: Exception) -> None:
+        from engine.errors import ModelError
+
+        if isinstance(exc, ModelError):  # e.g. out of memory: the user can act on it, tell them once
+            logger.error("completion failed: %s", exc)
+            if str(exc) not in self._shown_errors:
+                self._shown_errors.add(str(exc))
+                self._server.window_show_message(types.ShowMessageParams(
+                    type=types.MessageType.Error, message=f"fsm-complete: {exc}"))
+        else:
+            logger.exception("the engine failed on a request", exc_info=exc)
+
+    # -- warm-up (prefill on edit)
+
+    def schedule_warm_up(self, doc: Document) -> None:
+        """Warm-up, prefill on edit: :data:`WARM_UP_DELAY_S` after the last change of ``doc``
+        (typing restarts the wait), prefill the model's KV cache for a cursor where the change
+        ended (:meth:`engine.complete.Engine.warm_up`), unless a request is being decoded. A
+        request that arrives meanwhile stops it after its current chunk and reuses what it
+        prefilled."""
+        if self.engine is None or doc.edit_offset is None or self._server.closed:
+            return
+        if self._warm_up_timer is not None:
+            self._warm_up_timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._warm_up_timer = loop.call_later(WARM_UP_DELAY_S, self._start_warm_up, doc.uri, doc.version)
+
+    def _start_warm_up(self, uri: str, version) -> None:
+        self._warm_up_timer = None
+        doc = self._server.documents.get(uri)
+        engine = self.engine
+        if doc is None or doc.version != version or engine is None or self._server.closed \
+                or self._decode_lock.locked():
+            return
+        offset = max(0, min(doc.edit_offset or 0, len(doc.text)))
+        self._warm_up_stop = stop = threading.Event()
+        future = self.in_thread(engine.warm_up, doc.text[:offset], doc.text[offset:], stop,
+                                name="fsm-complete-decode-warm-up")
+        future.add_done_callback(lambda f: logger.debug(
+            "warm-up of %s at offset %d: %s prompt tokens prefilled%s", uri, offset,
+            f.result() if not f.cancelled() and f.exception() is None else 0, " (stopped)" if stop.is_set() else ""))
+
+    # -- cancellation
+
+    def cancel(self, msg_id) -> None:
+        """Stop decoding for request ``msg_id`` (``$/cancelRequest``)."""
+        if (event := self._cancel_events.get(msg_id)) is not None:
+            event.set()
+
+    def cancel_all(self) -> None:
+        """Stop every decode and the warm-up (shutdown, exit)."""
+        self._warm_up_stop.set()
+        if self._warm_up_timer is not None:
+            self._warm_up_timer.cancel()
+            self._warm_up_timer = None
+        for event in list(self._cancel_events.values()):
+            event.set()
+
+
+def _load_engine(settings: Settings, progress: Callable[[str, float], None]):
+    from engine.complete import Engine  # imports torch: only on the loading thread
+
+    engine = Engine(settings)
+    engine.load(progress=progress)
+    return engine
+
+
+def _is_unexpected(exc: BaseException) -> bool:
+    try:
+        from engine.errors import ModelError
+    except Exception:
+        return True
+    return not isinstance(exc, ModelError)
+
+
+def _load_error_message(exc: BaseException) -> str:
+    if not _is_unexpected(exc):
+        return str(exc)
+    if isinstance(exc, ImportError):
+        return f"the engine could not be imported ({exc}); reinstall fsm-complete with its dependencies."
+    return f"loading the model failed ({type(exc).__name__}: {exc}); see the log for details."
