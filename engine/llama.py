@@ -7,9 +7,11 @@ starts with torch, safetensors and tokenizers only.
 - fused projections: one ``qkv`` matrix per layer (``[(heads + 2 * kv_heads) * head_dim, hidden]``)
   and one ``gate_up`` matrix (``[2 * intermediate, hidden]``);
 - attention: ``F.scaled_dot_product_attention`` with grouped-query attention (``enable_gqa``);
-- a static, preallocated KV cache (``[layers, 2, 1, kv_heads, capacity, head_dim]``) that holds the
+- a static, preallocated KV cache (``[layers, 2, 1, kv_heads, allocated, head_dim]``) that holds the
   first :attr:`LlamaDecoder.length` positions; rolling back or reusing a prefix only moves that
-  length (:meth:`LlamaDecoder.truncate`);
+  length (:meth:`LlamaDecoder.truncate`). It starts at :data:`INITIAL_POSITIONS` (or the model
+  window, if smaller) and doubles when a sequence needs more, up to the window: a 32k-window
+  checkpoint does not reserve gigabytes for the 1k-token prompts the engine sends;
 - position encoding: rotary (RoPE) as in transformers' ``modeling_rope_utils`` — ``default``,
   ``linear`` (positions divided by ``factor``), ``dynamic`` (NTK scaling; equal to ``default``
   inside the original window, which is all this decoder serves) and ``llama3`` (frequency bands);
@@ -33,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+INITIAL_POSITIONS = 2048  # KV cache positions allocated at load (grown on demand up to the window)
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 
 
@@ -188,7 +191,7 @@ class LlamaDecoder:
         self.config = SimpleNamespace(**raw_config)
         self.device = torch.device(device)
         self.dtype = dtype
-        self.capacity = min(capacity or cfg.max_positions, cfg.max_positions)
+        self.capacity = min(capacity or cfg.max_positions, cfg.max_positions)  # most positions (tokens)
 
         def get(name: str, required: bool = True):
             t = weights.get(name)
@@ -228,13 +231,28 @@ class LlamaDecoder:
         emb = torch.cat((freqs, freqs), dim=-1)  # [capacity, head_dim]
         self.cos = emb.cos().to(device=self.device, dtype=dtype)
         self.sin = emb.sin().to(device=self.device, dtype=dtype)
-        # [layers, k/v, batch 1, kv_heads, capacity, head_dim]
-        self.kv = torch.zeros(cfg.num_layers, 2, 1, cfg.num_kv_heads, self.capacity, cfg.head_dim,
-                              device=self.device, dtype=dtype)
+        # [layers, k/v, batch 1, kv_heads, allocated positions, head_dim]
+        self.kv = self._new_cache(min(self.capacity, INITIAL_POSITIONS))
         self.length = 0  # cached positions (host int: no device sync to read it)
         self.parameters = sum(int(t.numel()) for t in weights.values())
 
     # -- cache --------------------------------------------------------------------------------------
+
+    def _new_cache(self, positions: int) -> torch.Tensor:
+        cfg = self.cfg
+        return torch.zeros(cfg.num_layers, 2, 1, cfg.num_kv_heads, positions, cfg.head_dim,
+                           device=self.device, dtype=self.dtype)
+
+    def _reserve(self, end: int) -> None:
+        """Make the cache hold positions ``0 ... end - 1``: grow it (doubling, at most
+        :attr:`capacity`) and keep the cached ones. Raises ValueError past the capacity."""
+        if end > self.capacity:
+            raise ValueError(f"{end} positions do not fit the KV cache ({self.capacity} tokens, the model window)")
+        allocated = self.kv.shape[4]
+        if end > allocated:
+            grown = self._new_cache(min(self.capacity, max(end, 2 * allocated)))
+            grown[:, :, :, :, :self.length] = self.kv[:, :, :, :, :self.length]
+            self.kv = grown
 
     def truncate(self, n: int) -> None:
         """Keep the first ``n`` cached positions (0 <= n <= length); later ones are overwritten."""
@@ -266,8 +284,7 @@ class LlamaDecoder:
         cfg = self.cfg
         start, n = self.length, int(ids.shape[0])
         end = start + n
-        if end > self.capacity:
-            raise ValueError(f"{end} positions do not fit the KV cache ({self.capacity} tokens, the model window)")
+        self._reserve(end)
         hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
         cos, sin = self.cos[start:end], self.sin[start:end]  # [n, head_dim]
         mask = self._mask(start, n)
@@ -300,8 +317,7 @@ class LlamaDecoder:
         unless :meth:`compile_decode_step` ran; then the fixed-shape step of :meth:`_static_step`."""
         if self._compiled is None:
             return self.forward(ids)
-        if self.length >= self.capacity:
-            raise ValueError(f"{self.length + 1} positions do not fit the KV cache ({self.capacity} tokens)")
+        self._reserve(self.length + 1)  # a grown cache has another shape: torch.compile recompiles once
         with torch.inference_mode():
             pos = torch.tensor([self.length], device=self.device)
             logits = self._compiled(ids, pos)
@@ -318,13 +334,13 @@ class LlamaDecoder:
     def _static_step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """The decode step with shapes that never change (for ``torch.compile`` and CUDA graphs):
         ``ids`` long ``[1]``, ``pos`` long ``[1]`` (0-based position); attention runs over the whole
-        cache capacity under a mask of the positions ``<= pos``. Returns logits ``[vocab]``; does not
+        allocated cache under a mask of the positions ``<= pos``. Returns logits ``[vocab]``; does not
         move ``length``."""
         cfg = self.cfg
         hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
         cos, sin = self.cos[pos], self.sin[pos]  # [1, head_dim]
-        keys_at = torch.arange(self.capacity, device=pos.device)
-        mask = keys_at <= pos  # [capacity]
+        keys_at = torch.arange(self.kv.shape[4], device=pos.device)
+        mask = keys_at <= pos  # [allocated]
         if cfg.sliding_window:
             mask &= pos - keys_at < cfg.sliding_window
         x = F.embedding(ids, self.embed)  # [1, hidden]

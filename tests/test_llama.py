@@ -183,3 +183,21 @@ def test_fixed_shape_decode_step_equals_the_eager_one(shipped):
             got = own._static_step(torch.tensor(ids[i:i + 1]), torch.tensor([i]))
             own.length += 1
             assert (got - want[i]).abs().max().item() < TOL
+
+
+def test_the_kv_cache_grows_on_demand_and_keeps_what_it_holds(tmp_path, monkeypatch):
+    import engine.llama
+
+    monkeypatch.setattr(engine.llama, "INITIAL_POSITIONS", 16)
+    path = tiny_checkpoint(tmp_path / "qwen2", "qwen2")
+    ref, own = reference(path), load_decoder(path, CPU, torch.float32)
+    assert own.kv.shape[4] == 16 and own.capacity == 256
+    kv = KVCache(own, CPU)
+    ids = random_ids(60, 300, seed=6)
+    kv.prefill(ids[:12])
+    logits, reused = kv.prefill(ids[:40])  # grows from 16 to 40 positions, keeping the first 12
+    assert reused == 12 and own.kv.shape[4] == 40
+    assert (logits - ref_logits(ref, ids[:40])[-1]).abs().max().item() < TOL
+    for i in range(40, 60):  # one step grows it again (to 80)
+        logits = kv.decode_one_token(ids[i])
+    assert own.kv.shape[4] == 80 and (logits - ref_logits(ref, ids)[-1]).abs().max().item() < TOL
