@@ -95,6 +95,60 @@ def check_model_dir(path: Path) -> None:
 DECODERS = ("auto", "transformers")
 
 
+def check_architecture(path: Path) -> None:
+    """Raise ModelError with the fix when ``config.json`` names no ``model_type`` this transformers
+    knows (transformers itself would only say the checkpoint may be broken or transformers old)."""
+    import json
+
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path / 'config.json'} is not valid JSON ({exc}); restore the checkpoint's config.json") from exc
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not model_type:
+        raise ModelError(f"{path / 'config.json'} has no \"model_type\"; restore the config.json saved with the weights")
+    if model_type not in CONFIG_MAPPING:
+        custom = " It names custom code (auto_map), which is never run." if "auto_map" in config else ""
+        raise ModelError(
+            f"{path / 'config.json'} has model_type {model_type!r}, an architecture transformers "
+            f"{transformers.__version__} does not know.{custom} Upgrade transformers (pip install -U transformers) "
+            "if a newer release supports it, or choose a checkpoint of a supported family (e.g. Llama, Qwen2, "
+            "Mistral, StarCoder2, GPT-2)")
+
+
+def shape_mismatches(path: Path, limit: int = 3) -> str | None:
+    """When the ``*.safetensors`` tensors of ``path`` do not have the shapes its ``config.json``
+    implies: a message naming the first ``limit`` of them and the fix; else None (the model is
+    built on the meta device, no memory; only the safetensors headers are read)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in AutoModelForCausalLM.from_config(config).state_dict().items()}
+        stored: dict[str, tuple] = {}
+        for file in sorted(path.glob("*.safetensors")):
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                    stored[name] = tuple(f.get_slice(name).get_shape())
+    except Exception:  # noqa: BLE001 (no diagnosis: the caller reports the original error)
+        return None
+    wrong = [(k, stored[k], shape) for k, shape in expected.items() if k in stored and stored[k] != shape]
+    if not wrong:
+        return None
+    listed = "; ".join(f"{k} is {list(have)} in the weights but {list(want)} by config.json" for k, have, want in
+                       wrong[:limit])
+    more = f" (and {len(wrong) - limit} more)" if len(wrong) > limit else ""
+    return (f"the weights in {path} do not match its config.json: {listed}{more}. The config.json belongs to "
+            "another model size (hidden_size, intermediate_size, num_attention_heads, vocab_size ...): put the "
+            "config.json saved with these weights beside them")
+
+
 def load_own_decoder(path: Path, dev, dt):
     """The own Llama-family decoder (:mod:`engine.llama`) for ``path``, or None when the checkpoint
     is not one it runs (another ``model_type``, RoPE type, activation, ...) or its weights do not load
@@ -136,9 +190,13 @@ def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: i
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as exc:
         raise ModelError(f"could not load the tokenizer from {path}: {exc}") from exc
+    check_architecture(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, use_safetensors=True, dtype=dt)
     except Exception as exc:
+        mismatch = shape_mismatches(path)
+        if mismatch:
+            raise ModelError(mismatch) from exc
         raise ModelError(f"could not load the model weights from {path} (corrupt or incompatible safetensors?): "
                          f"{type(exc).__name__}: {exc}") from exc
     try:

@@ -375,3 +375,56 @@ def test_rejected_settings_fall_back_to_defaults_as_reported():
         assert third["tokens"] <= 3 and third["stopReason"] == "max_tokens"
     finally:
         server.kill()
+
+
+# -- checkpoints that do not load: the real cause and the fix --------------------------------------------
+
+def edited_checkpoint(path: Path, **config) -> Path:
+    from test_model_loading import make_checkpoint
+
+    make_checkpoint(path)
+    data = json.loads((path / "config.json").read_text())
+    for key, value in config.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    (path / "config.json").write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "config,cause,fix",
+    [
+        ({"model_type": "fancy-lm"}, "model_type 'fancy-lm'", "pip install -U transformers"),
+        ({"hidden_size": 64, "intermediate_size": 128}, "do not match its config.json", "config.json saved with"),
+    ],
+)
+def test_cli_names_why_a_checkpoint_does_not_load(tmp_path, config, cause, fix):
+    ckpt = edited_checkpoint(tmp_path / "ckpt", **config)
+    src = tmp_path / "a.py"
+    src.write_text("import os\nos.pa\n")
+    proc = complete(src, 2, 6, "--model", str(ckpt))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert cause in proc.stderr and fix in proc.stderr
+    assert "corrupt or incompatible safetensors" not in proc.stderr and "above report" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"vocab_size": 999}, r"embed_tokens.weight is \[\d+, 32\] in the weights but \[999, 32\]"),
+        ({"num_hidden_layers": 1, "num_attention_heads": 4, "head_dim": 16}, "do not match its config.json"),
+        ({"model_type": None}, 'has no "model_type"'),
+        ({"model_type": "my-remote-lm", "auto_map": {"AutoModelForCausalLM": "modeling.MyLM"}}, "custom code"),
+    ],
+)
+@pytest.mark.parametrize("decoder", ["auto", "transformers"])
+def test_load_model_names_the_cause_and_fix(tmp_path, config, message, decoder):
+    from engine.errors import ModelError
+    from engine.model import load_model
+
+    ckpt = edited_checkpoint(tmp_path / "ckpt", **config)
+    with pytest.raises(ModelError, match=message) as info:
+        load_model(ckpt, "cpu", decoder=decoder)
+    assert "above report" not in str(info.value)
