@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # CI for the editor integrations: the VS Code extension (install, build, package, unit tests, the
-# end-to-end test against the real server) and Neovim for tests/test_editors_nvim.py.
+# end-to-end test against the real server), Neovim for tests/test_editors_nvim.py and Emacs with
+# eglot for tests/test_editors_emacs.py.
 #
 #   FSM_PYTHON=/path/to/venv/bin/python .ci/editors.sh
 #
 # FSM_PYTHON is the Python with fsm-complete installed (default: `python` on PATH, as in an
-# activated virtual environment, else python3). Installs Node.js 20+ and Neovim with apt-get when
+# activated virtual environment, else python3). Installs Node.js 20+, Neovim, Emacs and eglot with apt-get when
 # they are missing (as root, or through sudo). Exits non-zero at the first failing step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,13 @@ echo "node $(node --version), npm $(npm --version)"
 step "Neovim (for tests/test_editors_nvim.py)"
 command -v nvim >/dev/null || apt_install neovim
 nvim --version | head -n 1
+
+step "Emacs and eglot (for tests/test_editors_emacs.py)"
+command -v emacs >/dev/null || apt_install emacs-nox
+# eglot is built in from Emacs 29; Emacs 28 (Debian 12) needs the elpa-eglot package
+emacs --batch --eval "(progn (require 'package) (package-initialize) (require 'eglot))" >/dev/null 2>&1 \
+    || apt_install elpa-eglot
+emacs --version | head -n 1
 
 cd "$EXT"
 step "npm ci"
