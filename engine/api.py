@@ -34,6 +34,8 @@ class StopReason(StrEnum):
     NEWLINE = "newline"  # a single-line completion reached a line break
     DEDENT = "dedent"  # a multi-line completion left its block (a line indented less than its first)
     MAX_TOKENS = "max_tokens"  # the token budget ran out
+    MAX_TOKENS_CUT = "max_tokens_cut"  # ... and the text was cut back to its last natural end (engine.repetition)
+    LOOP = "loop"  # the text started to repeat itself; cut after the loop's first copy (engine.repetition)
     CANCELLED = "cancelled"  # ``CompletionRequest.cancel`` was set
     FSM = "fsm"  # the lexer or a monitor refused every way on (no backtrack left)
     FUSE = "fuse"  # the model wanted what the constraints forbid; stopped at the last valid point
@@ -118,3 +120,8 @@ class Completion:
     fingerprint: dict = field(default_factory=dict)  # engine.fingerprint.Fingerprint.as_dict() (constrained runs)
     semantics: dict = field(default_factory=dict)  # slot state before/after, member access, refusals, fuse events
     typed_through: int = 0  # > 0: the rest of a recent completion the user typed this many characters of (no decoding)
+    # the confidence gate: geometric mean of the kept tokens' probabilities under the final (masked) distribution,
+    # in [0, 1]; None when nothing was decoded. Below settings ``generation.min_confidence`` the text is
+    # withheld: ``text`` is empty and ``withheld`` holds what would have been shown
+    confidence: float | None = None
+    withheld: str = ""

@@ -34,6 +34,7 @@ from .monitors.filter import SemanticFilter, fuse_action
 from .monitors.semantics import Semantics
 from .monitors.setup import RequiredArgumentTables, describe, monitors_at
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
+from .repetition import RepetitionMonitor, loop_cut, natural_cut
 from .settings import Settings
 from .step_mask import FirstTokenRule, StepMask, StepRules
 from .text import normalize_eol, scalar_text
@@ -78,17 +79,22 @@ class Decoding:
     accepting: list[int] = field(default_factory=lambda: [0])
     stop: StopReason = StopReason.MAX_TOKENS
     forward_s: float = 0.0  # time inside the model's decode steps
+    loops: RepetitionMonitor = field(default_factory=RepetitionMonitor)
+    cut: int | None = None  # where the text ends when decoding stopped inside a loop or at the token budget
+    logprobs: list = field(default_factory=list)  # log-probability of each accepted token (0-d tensors)
 
 
 @dataclass
 class Choice:
     """One step's choice: token ``tok``, the model's unmasked favourite ``top``, whether any token
-    was allowed (``best``) and the probability mass the mask left (``mass``, 0..1)."""
+    was allowed (``best``), the probability mass the mask left (``mass``, 0..1) and the final
+    ``logits [vocab]`` it was chosen from (masked; for the confidence score)."""
 
     tok: int
     top: int
     best: bool = True
     mass: float = 1.0
+    logits: object = None
 
 
 def choose_token(logits, raw, temperature: float, top_p: float, generator) -> Choice:
@@ -108,13 +114,13 @@ def choose_token(logits, raw, temperature: float, top_p: float, generator) -> Ch
         mass = 1.0
         if best and tok != top:
             mass = float(torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum())
-        return Choice(tok, top, best, mass)
+        return Choice(tok, top, best, mass, logits)
     raw_top = torch.argmax(raw)
     mass = torch.softmax(raw.float(), -1).masked_fill(~torch.isfinite(logits), 0.0).sum()
     tok_t = sample(logits, temperature, top_p, generator)
     tok, top, best, mass = torch.stack([tok_t.double(), raw_top.double(), torch.isfinite(logits).any().double(),
                                         mass.double()]).tolist()
-    return Choice(int(tok), int(top), bool(best), mass)
+    return Choice(int(tok), int(top), bool(best), mass, logits)
 
 
 class Engine:
@@ -323,8 +329,12 @@ class Engine:
         stop = dec.stop
         if not text.strip() and not result.replace_suffix:
             text = ""
-            stop = StopReason.EMPTY if stop == StopReason.MAX_TOKENS else stop
-        result.text = text.replace("\n", plan.eol) if plan.eol != "\n" else text
+            stop = StopReason.EMPTY if stop in (StopReason.MAX_TOKENS, StopReason.MAX_TOKENS_CUT) else stop
+        result.confidence = self._confidence(dec, start, text)
+        text = text.replace("\n", plan.eol) if plan.eol != "\n" else text
+        if text and result.confidence is not None and result.confidence < self.settings.generation.min_confidence:
+            result.withheld, text, result.replace_suffix = text, "", 0  # the confidence gate
+        result.text = text
         result.stop_reason = stop
         result.timings_ms = {
             "prompt": round((t1 - t0) * 1e3, 2),
@@ -395,7 +405,8 @@ class Engine:
             raw = logits
             if start.guide is None:
                 # unconstrained: still never an id the tokenizer cannot decode
-                choice = Choice(int(sample(self.masks.decodable(raw), plan.temperature, plan.top_p, generator)), -1)
+                decodable = self.masks.decodable(raw)
+                choice = Choice(int(sample(decodable, plan.temperature, plan.top_p, generator)), -1, logits=decodable)
             else:
                 choice = self._constrained_choice(raw, plan, start, dec, step, generator, result)
                 if choice is None:
@@ -415,6 +426,11 @@ class Engine:
             if not self._commit(choice.tok, raw, start, dec, step, req, result):
                 dec.stop = StopReason.FSM
                 break
+            dec.logprobs.append(self._logprob(choice.logits if choice.logits is not None else raw, choice.tok))
+            run = dec.loops.feed(dec.text)
+            if run is not None:  # the repetition monitor: a loop ends the completion after its first copy
+                dec.stop, dec.cut = StopReason.LOOP, loop_cut(dec.text, run)
+                break
             if not plan.multiline and "\n" in dec.text[leading_break(dec.text, plan.wrap_ok):]:
                 dec.stop = StopReason.NEWLINE
                 break
@@ -424,7 +440,35 @@ class Engine:
             tf = time.perf_counter()
             logits = self.kv.decode_one_token(choice.tok)
             dec.forward_s += time.perf_counter() - tf
+        if dec.stop == StopReason.MAX_TOKENS and dec.gen:
+            # the budget ran out mid-thought: end at the last natural point, never in a cut identifier
+            dec.stop = StopReason.MAX_TOKENS_CUT
+            if plan.multiline and "\n" in dec.text.strip("\n"):
+                dec.cut = dec.text.rstrip("\n").rfind("\n")  # the last complete line
+            else:
+                dec.cut = natural_cut(dec.text, len(dec.text))
         return dec
+
+    @staticmethod
+    def _logprob(logits, tok: int):
+        """log-probability of ``tok`` under ``logits [vocab]`` (the step's final, masked distribution at
+        temperature 1), as a 0-d tensor on the logits' device: no host sync per token."""
+        import torch
+
+        return torch.log_softmax(logits.float(), -1)[tok]
+
+    @staticmethod
+    def _confidence(dec: Decoding, start: Start, text: str) -> float | None:
+        """The confidence gate's score in [0, 1]: the geometric mean of the probabilities of the decoded
+        tokens that the final ``text`` keeps (``exp`` of their mean log-probability; those ending within
+        the text); None when it keeps none."""
+        import torch
+
+        keep = len(start.heal) + len(text)
+        n = sum(1 for e in dec.ends if e <= keep) or (1 if text and dec.ends else 0)
+        if not text or not n or not dec.logprobs:
+            return None
+        return round(float(torch.stack(dec.logprobs[:n]).mean().exp()), 4)
 
     def _constrained_choice(self, raw, plan: Plan, start: Start, dec: Decoding, step: TraceStep, generator,
                             result: Completion) -> Choice | None:
@@ -471,6 +515,8 @@ class Engine:
         dec.banned.pop(step, None)
         dec.banned.setdefault(step - 1, []).extend(self.masks.partial_ids if dead_end_in_char else [last])
         dec.ends.pop()
+        if len(dec.logprobs) > len(dec.gen):
+            dec.logprobs.pop()
         dec.text = dec.text[: dec.ends[-1]] if dec.ends else ""
         dec.accepting = [e for e in dec.accepting if e <= len(dec.text)]
         result.trace.pop()
@@ -509,6 +555,10 @@ class Engine:
     def _draft(dec: Decoding, start: Start) -> Draft:
         """The decoded text for :func:`engine.finish.finish`, the healed space removed (it is the user's)."""
         text, ends, accepting = dec.text, dec.ends, dec.accepting
+        if dec.cut is not None:  # a loop or the token budget: end at the cut (engine.repetition)
+            text = text[: dec.cut]
+            ends = [e for e in ends if e < dec.cut] + [dec.cut]
+            accepting = [e for e in accepting if e <= dec.cut]
         heal = start.heal
         if heal and text.startswith(heal):
             text = text[len(heal):]

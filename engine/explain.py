@@ -45,6 +45,8 @@ def explanation(result: Completion, vocab_size: int, model: str = "") -> dict:
         "steps": steps,
         "stop_reason": result.stop_reason,
         "verdict": result.validation,
+        "confidence": result.confidence,  # the confidence gate's score (geometric mean token probability, 0..1)
+        "withheld": result.withheld,  # what the gate held back (empty when shown)
         "timings_ms": result.timings_ms,
         "vocab_size": vocab_size,
     }
@@ -80,6 +82,9 @@ def to_markdown(record: dict) -> str:
         lines.append(f"- tokens refused by rule: {record['refusals']}")
     lines += ["", "## Decoding", "", f"stop: `{record['stop_reason']}`, verdict: `{record['verdict']}`, "
               f"fuses: {record['fuses']}, timings (ms): {record['timings_ms']}", "",
+              f"confidence: {record.get('confidence')} (geometric mean of the token probabilities; the gate withholds "
+              f"completions below `generation.minConfidence`)"
+              + (f"; withheld: `{record['withheld']!r}`" if record.get("withheld") else ""), "",
               "| step | token | allowed | masked | refused | fuse |", "|---|---|---|---|---|---|"]
     for s in record["steps"]:
         lines.append(f"| {s['step']} | `{s['token']!r}` | {s['allowed']} | {s['masked']} | {s['refused_by_slots']} | "

@@ -36,6 +36,9 @@ class GenerationSettings:
     top_p: float = 0.95
     multiline: str = "auto"  # "auto" | "always" | "never"
     seed: int = 0
+    # the confidence gate: a completion whose confidence (geometric mean of its tokens' probabilities, 0..1)
+    # is below this is not shown; calibrated on held-out bench tasks (docs/benchmarks.md); 0 shows everything
+    min_confidence: float = 0.0
 
 
 @dataclass

@@ -135,6 +135,8 @@ def cmd_complete(args) -> int:
             "multiline": result.multiline,
             "stop_reason": result.stop_reason,
             "validation": result.validation,
+            "confidence": result.confidence,
+            "withheld": result.withheld,
             "tokens": result.tokens,
             "prompt_tokens": result.prompt_tokens,
             "reused_tokens": result.reused_tokens,

@@ -197,7 +197,7 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
                      f"{uk['garbage']} | {ck['undefined_names']} | {uk['undefined_names']} |")
     if report.get("gate_curve"):
         lines += ["", "Confidence gate (constrained): shown rate and useful precision per threshold "
-                  "(mean log-probability per token):", "", "| threshold | shown | precision |", "|---|---|---|"]
+                  "(geometric mean of the token probabilities):", "", "| threshold | shown | precision |", "|---|---|---|"]
         lines += [f"| {g['threshold']} | {g['shown']} | {g['precision']} |" for g in report["gate_curve"]]
     lines += report_lines(report)
     lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", "", "![usefulness](usefulness.png)", ""]

@@ -104,7 +104,7 @@ def summarize_usefulness(rows: list[dict]) -> dict:
 def gate_curve(rows: list[dict], thresholds: list[float]) -> list[dict]:
     """Useful-precision against shown rate as the confidence threshold moves: for each threshold,
     the share of tasks shown (confidence ≥ threshold and non-empty) and the share of those that are
-    useful. Rows need ``confidence`` (the engine's score, mean log-probability per token) and the
+    useful. Rows need ``confidence`` (the engine's score, geometric mean token probability) and the
     usefulness fields."""
     out = []
     n = max(1, len(rows))
