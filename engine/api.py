@@ -119,6 +119,7 @@ class Completion:
     trace: list[TraceStep] = field(default_factory=list)
     fingerprint: dict = field(default_factory=dict)  # engine.fingerprint.Fingerprint.as_dict() (constrained runs)
     semantics: dict = field(default_factory=dict)  # slot state before/after, member access, refusals, fuse events
+    context: dict = field(default_factory=dict)  # the project-context cache: ids counted per scope, steps it mixed in
     typed_through: int = 0  # > 0: the rest of a recent completion the user typed this many characters of (no decoding)
     # the confidence gate: geometric mean of the kept tokens' probabilities under the final (masked) distribution,
     # in [0, 1]; None when nothing was decoded. Below settings ``generation.min_confidence`` the text is

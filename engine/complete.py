@@ -141,6 +141,7 @@ class Engine:
         self.load_error: str | None = None
         self._required_arguments = RequiredArgumentTables()
         self._recent: list[tuple[tuple, str, str, Completion]] = []  # (request key, prefix, suffix, result)
+        self.context = None  # engine.context.ContextCache once loaded (the project-context cache model)
 
     # -- loading ------------------------------------------------------------------------------------
 
@@ -184,6 +185,9 @@ class Engine:
         self.masks = StepMask(vocab.tokens, set(vocab.eos_ids) | set(builder.stop_ids), logit_size, lm.device)
         self.masks.set_domain_words(s.constraints.domain_vocabulary)
         self.monitor_filter = SemanticFilter(vocab.tokens)
+        from .context import ContextCache, batch_encoder
+
+        self.context = ContextCache(batch_encoder(lm.tokenizer, frozenset(builder.control_ids)), max(vocab.size, 1))
         self.load_error = None
         report("ready", 100)
 
@@ -320,9 +324,12 @@ class Engine:
         prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
         t1 = time.perf_counter()
         logits, reused = self.kv.prefill(prompt.ids)
+        history = self._context_start(req, prompt, result)  # the cache model's history (None: off)
+        if history is not None:
+            logits = self._mix_context(logits, history, result)
         t2 = time.perf_counter()
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
-        dec = self._decode(req, plan, start, logits, result)
+        dec = self._decode(req, plan, start, logits, result, history)
         t3 = time.perf_counter()
         text = finish(self._draft(dec, start), self._cursor(plan, start), result)
         t4 = time.perf_counter()
@@ -383,10 +390,54 @@ class Engine:
             start.sem = sem if sem.active else None
         return start
 
+    # -- project context ----------------------------------------------------------------------------
+
+    def sync_context(self, project, exclude: str | None = None, stop: threading.Event | None = None) -> int:
+        """Tokenize and count what changed in ``project`` (:class:`engine.api.ProjectContext`) now,
+        off the request path (the server calls it after a workspace scan); ``exclude``: the path of
+        a document not to count. Does not wait for a running completion. Returns the texts
+        (re)tokenized; 0 when no model is loaded."""
+        from .context import scopes_for
+
+        if self.context is None:
+            return 0
+        return self.context.sync(scopes_for(project, self.settings.context), exclude, stop)
+
+    def _context_start(self, req: CompletionRequest, prompt, result: Completion) -> list[int] | None:
+        """Feed the cache model this request's document (the prompt's prefix and suffix ids) and
+        project (never waiting for a running sync); the decode history's start, the prefix's last
+        ids (None when the cache model is off)."""
+        from .context import scopes_for
+        from .context.ngram import ORDER
+
+        if self.context is None or not self.settings.context.cache_model:
+            return None
+        t = time.perf_counter()
+        self.context.set_document(prompt.prefix_ids, prompt.suffix_ids)
+        synced = self.context.sync(scopes_for(req.project, self.settings.context), req.path, wait=False)
+        result.context = {"counted": self.context.sizes(), "tokenized": synced, "mixed_steps": 0, "mix_ms": 0.0,
+                          "sync_ms": round((time.perf_counter() - t) * 1e3, 2)}
+        return list(prompt.prefix_ids[-(ORDER - 1):])
+
+    def _mix_context(self, logits, history: list[int], result: Completion):
+        """``[vocab]`` logits mixed with the cache model's estimate after ``history``
+        (:func:`engine.decode.mix_cache`, weight ``context.cache_weight`` x the cache's confidence)."""
+        from .decode import mix_cache
+
+        t = time.perf_counter()
+        pred = self.context.predict(history)
+        if pred.ids:
+            result.context["mixed_steps"] += 1
+            logits = mix_cache(logits, pred.ids, pred.probs, self.settings.context.cache_weight * pred.confidence)
+        result.context["mix_ms"] = round(result.context["mix_ms"] + (time.perf_counter() - t) * 1e3, 3)
+        return logits
+
     # -- the decode loop ----------------------------------------------------------------------------
 
-    def _decode(self, req: CompletionRequest, plan: Plan, start: Start, logits, result: Completion) -> Decoding:
-        """Decode up to ``plan.max_tokens`` tokens from the prefill's ``logits [vocab]``."""
+    def _decode(self, req: CompletionRequest, plan: Plan, start: Start, logits, result: Completion,
+                history: list[int] | None = None) -> Decoding:
+        """Decode up to ``plan.max_tokens`` tokens from the prefill's ``logits [vocab]``; ``history``:
+        the project-context cache's history before the first token (None: the cache is off)."""
         import torch
 
         from .decode import sample
@@ -440,6 +491,8 @@ class Engine:
             tf = time.perf_counter()
             logits = self.kv.decode_one_token(choice.tok)
             dec.forward_s += time.perf_counter() - tf
+            if history is not None:  # once per model step, before any mask (a step back reuses it)
+                logits = self._mix_context(logits, history + dec.gen, result)
         if dec.stop == StopReason.MAX_TOKENS and dec.gen:
             # the budget ran out mid-thought: end at the last natural point, never in a cut identifier
             dec.stop = StopReason.MAX_TOKENS_CUT

@@ -27,15 +27,15 @@ def mix_cache(logits: torch.Tensor, ids: list[int], probs: list[float], weight: 
     """
     if not ids or weight <= 0.0:
         return logits
-    weight = min(weight, 0.999)
+    import math
+
+    ratio = min(weight, 0.999) / (1.0 - min(weight, 0.999))
     index = torch.tensor(ids, dtype=torch.long, device=logits.device)  # [k]
-    p_cache = torch.tensor(probs, dtype=torch.float32, device=logits.device)  # [k]
-    lse = torch.logsumexp(logits.float(), -1)
-    picked = logits[index].float()  # [k]
-    p_model = torch.exp(picked - lse)
-    boost = torch.log1p(weight / (1.0 - weight) * p_cache / p_model.clamp_min(1e-30))
+    lse = float(torch.logsumexp(logits.float(), -1))
+    picked = logits[index].tolist()  # k host scalars: fewer tensor ops than the same math on the device
+    new = [v + math.log1p(ratio * p / max(math.exp(v - lse), 1e-30)) for v, p in zip(picked, probs)]
     out = logits.clone()
-    out[index] = (picked + boost).to(logits.dtype)
+    out[index] = torch.tensor(new, dtype=logits.dtype, device=logits.device)
     return out
 
 

@@ -19,7 +19,7 @@ codellama     ``<PRE> P <SUF>S <MID>`` (CodeLlama)                              
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ModelError
 from .text import scalar_text
@@ -104,6 +104,8 @@ class Prompt:
     ids: list[int]  # full prompt token ids
     prefix_chars: int  # characters of the prefix that made it into the prompt
     suffix_chars: int
+    prefix_ids: list[int] = field(default_factory=list)  # the prefix's ids in the prompt (its tail: nearest the cursor)
+    suffix_ids: list[int] = field(default_factory=list)  # the suffix's ids in the prompt (its head)
 
 
 class PromptBuilder:
@@ -180,4 +182,4 @@ class PromptBuilder:
             ids = [self.pre_id, self.suf_id, *suffix_text_ids, self.mid_id, *p_ids]
         else:
             ids = [self.pre_id, *p_ids, self.suf_id, *suffix_text_ids, self.mid_id]
-        return Prompt(ids, len(prefix), len(suffix))
+        return Prompt(ids, len(prefix), len(suffix), p_ids, s_ids)

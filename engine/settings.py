@@ -57,10 +57,23 @@ class ConstraintSettings:
 
 
 @dataclass
+class ContextSettings:
+    """Project context: the nested cache n-gram model (:mod:`engine.context`)."""
+
+    cache_model: bool = True  # mix the cache's next-token estimate into the model's logits (before the token mask)
+    cache_weight: float = 0.5  # the mixture weight at full cache confidence (scaled by the confidence per step)
+    open_documents: bool = True  # the other open documents are a scope
+    workspace: bool = True  # a slice of the workspace's Python files is a scope (.gitignore respected)
+    workspace_files: int = 100  # at most this many files in the workspace slice, nearest first
+    workspace_bytes: int = 400_000  # ... and at most this many bytes
+
+
+@dataclass
 class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     generation: GenerationSettings = field(default_factory=GenerationSettings)
     constraints: ConstraintSettings = field(default_factory=ConstraintSettings)
+    context: ContextSettings = field(default_factory=ContextSettings)
     log_level: str = "info"
 
     def model_dir(self) -> Path:

@@ -248,8 +248,9 @@ def add_bench_parser(sub):
     sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
     sp.add_argument("--tokenizer", choices=["default", "qwen"], default="default",
                     help="qwen: FSM-only measurement on Qwen2.5-Coder's 151k vocabulary")
-    sp.add_argument("--kinds", type=_kinds_arg, help="comma-separated task kinds from line,args,block,slots (default: "
-                    "line,args,block, plus slots when the slot corpus has calls)")
+    sp.add_argument("--kinds", type=_kinds_arg, help="comma-separated task kinds from line,args,block,slots,workspace (default: "
+                    "line,args,block, plus slots when the slot corpus has calls; workspace: files of a "
+                    "package completed with and without their siblings as project context)")
     sp.add_argument("--exactness", action="store_true",
                     help="FSM only, no model: how many mutated (non-compiling) real files the masks let through "
                          "(exactness.json and report.md in --out)")

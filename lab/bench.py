@@ -8,10 +8,12 @@ library files of the default model; ``--corpus DIR`` for any directory). Kinds:
 * ``block`` — cursor after the indentation of the first line of a block body; target = the body;
 * ``slots`` — cursor inside the argument list of a real ``requests``/``httpx``/``subprocess.run``/
   ``open``/``yaml.load`` call; target = the rest of the argument list (:mod:`lab.bench_slots`:
-  corpus, cursor rule, and the ``slot_violations``/``unknown_keywords`` metrics).
+  corpus, cursor rule, and the ``slot_violations``/``unknown_keywords`` metrics);
+* ``workspace`` — ``line`` tasks in files of a package, completed with their sibling files as the
+  project context, and again without it (:mod:`lab.bench_context`: ``useful`` with/without, ``context_gain``).
 
 ``--kinds`` picks the kinds (default: ``line,args,block``, plus ``slots`` when its corpus has such
-calls; the tasks are split in equal shares).
+calls; ``workspace`` only when asked for; the tasks are split in equal shares).
 
 Each task's document is the real file with the target removed; the completion is inserted where
 the target was. Every task runs twice with the same model, prompt and seed: constrained and
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import bench_context
 from .bench_slots import add_slot_fields, report_lines, ruff_version, sample_slot_tasks, slot_files, summarize_slots
 from .tasks import ALL_KINDS, Task, parse_kinds, sample_tasks
 from .usefulness import edit_similarity, gate_curve, summarize_usefulness, usefulness_fields
@@ -138,13 +141,16 @@ def completion_row(task: Task, res) -> dict:
     return row
 
 
-def run_task(engine, task: Task, constrained: bool, seed: int, warm: bool) -> dict:
-    res = engine.complete(_request(task, prefix=task.prefix, suffix=task.suffix, constraints=constrained, seed=seed))
+def run_task(engine, task: Task, constrained: bool, seed: int, warm: bool, project=None) -> dict:
+    """One task in one mode (and, with ``warm``, again after typing the target's first character);
+    ``project``: the request's :class:`engine.api.ProjectContext` (the ``workspace`` kind)."""
+    res = engine.complete(_request(task, prefix=task.prefix, suffix=task.suffix, constraints=constrained, seed=seed,
+                                   project=project))
     row = completion_row(task, res)
     if warm and task.target:
         t0 = time.perf_counter()
         again = engine.complete(_request(task, prefix=task.prefix + task.target[0], suffix=task.suffix,
-                                         constraints=constrained, seed=seed))
+                                         constraints=constrained, seed=seed, project=project))
         row["warm_ms"] = (time.perf_counter() - t0) * 1e3
         row["warm_typed_through"] = again.typed_through > 0  # the typed character began the completion
     return row
@@ -200,6 +206,7 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
                   "(geometric mean of the token probabilities):", "", "| threshold | shown | precision |", "|---|---|---|"]
         lines += [f"| {g['threshold']} | {g['shown']} | {g['precision']} |" for g in report["gate_curve"]]
     lines += report_lines(report)
+    lines += bench_context.report_lines(report)
     lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", "", "![usefulness](usefulness.png)", ""]
     if report.get("gate_curve"):
         lines += ["![gate](gate.png)", ""]
@@ -295,10 +302,14 @@ def sample_all(args) -> tuple[list[Task], dict]:
                     "calls_found": found, "ruff": ruff_version(), "signatures": "engine.signatures.resolve_call",
                     "cursor": {c: sum(t.cursor == c for t in slot_tasks) for c in ("open_paren", "after_first_arg")}}
             print(f"bench slots: calls found {found}", file=sys.stderr)
-    base = [k for k in kinds if k != "slots"]
-    n_base = sum(args.tasks // len(kinds) + (1 if i < args.tasks % len(kinds) else 0)
-                 for i, k in enumerate(kinds) if k != "slots")
-    tasks = sample_tasks(corpus(args), n_base, args.seed, tuple(base)) if base else []
+    def share(kind: str) -> int:
+        return args.tasks // len(kinds) + (1 if kinds.index(kind) < args.tasks % len(kinds) else 0)
+
+    base = [k for k in kinds if k in ("line", "args", "block")]
+    tasks = sample_tasks(corpus(args), sum(share(k) for k in base), args.seed, tuple(base)) if base else []
+    if "workspace" in kinds:  # after the others, grouped by package: the cache model counts each package once
+        extra = bench_context.sample_workspace_tasks(corpus(args), share("workspace"), args.seed)
+        tasks += sorted(extra, key=lambda t: str(Path(t.path).parent))
     return tasks + (slot_tasks if "slots" in kinds else []), meta
 
 
@@ -349,10 +360,23 @@ def run_bench(args, lsp_timer=None) -> dict:
     # allocations, and jedi's start in this process (0.7-1.5 s: stubs, its helper process) on a call
     engine.complete(CompletionRequest(prefix="x = ", suffix=""))
     engine.complete(CompletionRequest(prefix="import os\nos.path.join(", suffix=")\n"))
+    projects: dict[str, object] = {}  # package folder -> its ProjectContext (the same texts for all its tasks)
     for i, task in enumerate(tqdm(tasks, desc="bench", unit="task", file=sys.stderr)):
+        project = None
+        if task.kind == bench_context.KIND:
+            folder = str(Path(task.path).parent)
+            project = projects.setdefault(folder, bench_context.project_for(task, settings))
         for mode in ("constrained", "unconstrained"):
             engine.kv.reset()  # the task's file is new to the engine in both modes (no KV prefix shared)
-            rows[mode].append(run_task(engine, task, mode == "constrained", args.seed + i, warm=True))
+            rows[mode].append(run_task(engine, task, mode == "constrained", args.seed + i, warm=True,
+                                       project=project))
+    if any(t.kind == bench_context.KIND for t in tasks):
+        def plain(i: int, task: Task):
+            engine.kv.reset()
+            return engine.complete(_request(task, prefix=task.prefix, suffix=task.suffix, seed=args.seed + i))
+
+        for i, extra in bench_context.without_context(engine, tasks, plain, projects).items():
+            rows["constrained"][i].update(extra)
     engine.save_tables()
     report = {
         "tasks": len(tasks),
@@ -367,6 +391,8 @@ def run_bench(args, lsp_timer=None) -> dict:
     }
     if slots_meta:
         report["slots"] = slots_meta
+    if any(t.kind == bench_context.KIND for t in tasks):
+        report["constrained"]["workspace"] = bench_context.summarize_workspace(rows["constrained"])
     rss = peak_rss_mb()
     report["constrained"]["peak_rss_mb"] = rss
     report["unconstrained"]["peak_rss_mb"] = rss

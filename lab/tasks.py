@@ -17,7 +17,8 @@ from pathlib import Path
 from engine.text import read_source
 
 KINDS = ("line", "args", "block")  # sampled by :func:`sample_tasks`
-ALL_KINDS = KINDS + ("slots",)  # slots: :mod:`lab.bench_slots`
+DEFAULT_KINDS = KINDS + ("slots",)  # slots: :mod:`lab.bench_slots`
+ALL_KINDS = DEFAULT_KINDS + ("workspace",)  # workspace (on request): :mod:`lab.bench_context`
 
 
 @dataclass
@@ -119,10 +120,11 @@ def sample_tasks(files: list[Path], n: int, seed: int, kinds=KINDS) -> list[Task
 
 
 def parse_kinds(spec: str | None) -> tuple[list[str], bool]:
-    """``(kinds, slots_optional)`` from ``--kinds`` (comma-separated); None: the default, where
-    ``slots`` is dropped when its corpus has no call. Raises ValueError naming the valid kinds."""
+    """``(kinds, slots_optional)`` from ``--kinds`` (comma-separated); None: the default
+    (:data:`DEFAULT_KINDS`), where ``slots`` is dropped when its corpus has no call. Raises
+    ValueError naming the valid kinds."""
     if spec is None:
-        return list(ALL_KINDS), True
+        return list(DEFAULT_KINDS), True
     kinds = [k.strip() for k in spec.split(",") if k.strip()]
     bad = [k for k in kinds if k not in ALL_KINDS]
     if bad or not kinds:

@@ -75,6 +75,10 @@ class DocumentStore:
     def __len__(self) -> int:
         return len(self._docs)
 
+    def __iter__(self):
+        """The open documents, in the order they were opened."""
+        return iter(list(self._docs.values()))
+
     def get(self, uri: str) -> Document | None:
         """The open document at ``uri``; None when it is not open (never read from disk)."""
         return self._docs.get(uri)

@@ -28,7 +28,7 @@ LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> what the engine last saw for that document
 and, once decoding ended, how (:class:`lsp_server.host.EngineRequestRecord`, camelCase keys: ``offset``
 in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``, ``tokens``, ``stopReason``,
-``cancelled``, ``promptTokens``, ``reusedTokens``, ...); null when it saw nothing."""
+``cancelled``, ``promptTokens``, ``reusedTokens``, ``projectContext``, ...); null when it saw nothing."""
 EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
 
 

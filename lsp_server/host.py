@@ -49,8 +49,9 @@ class EngineRequestRecord:
     ``prefixTail``/``suffixHead`` (64 code points each side of the cursor), then ``tokens``,
     ``stopReason``, ``cancelled`` once decoding ended, and ``fuses``, ``promptTokens`` (the prompt's
     length in tokens after truncation to the model window), ``reusedTokens`` (how many of them the
-    KV cache already held), ``latencyMs``, ``mode`` when it ended with a completion. An ``explain``
-    request's record has ``explain: true`` and no cursor context.
+    KV cache already held), ``latencyMs``, ``mode``, ``projectContext`` (the cache model's token ids
+    counted per scope, the decode steps it mixed into, its ms) when it ended with a completion. An
+    ``explain`` request's record has ``explain: true`` and no cursor context.
     """
 
     id: Any
@@ -71,6 +72,7 @@ class EngineRequestRecord:
     reused_tokens: int | None = None
     latency_ms: float | None = None
     mode: str | None = None
+    project_context: dict | None = None
 
     def ended(self, stop_reason: str, cancelled: bool) -> None:
         """Decoding ended without a completion (cancelled before it started, or an error)."""
@@ -83,6 +85,7 @@ class EngineRequestRecord:
         self.prompt_tokens, self.reused_tokens = completion.prompt_tokens, completion.reused_tokens
         self.latency_ms = completion.timings_ms.get("total", 0.0)
         self.mode = completion.fingerprint.get("mode", "unconstrained")
+        self.project_context = completion.context
 
     def to_wire(self) -> dict:
         out: dict[str, Any] = {"id": self.id, "version": self.version, "offset": self.offset}
@@ -95,7 +98,7 @@ class EngineRequestRecord:
             out.update(tokens=self.tokens, stopReason=self.stop_reason, cancelled=self.cancelled)
         if self.fuses is not None:
             out.update(fuses=self.fuses, promptTokens=self.prompt_tokens, reusedTokens=self.reused_tokens,
-                       latencyMs=self.latency_ms, mode=self.mode)
+                       latencyMs=self.latency_ms, mode=self.mode, projectContext=self.project_context)
         return out
 
 
@@ -198,6 +201,8 @@ class EngineHost:
         if self.engine is not None and settings.model == old.model:
             self.engine.update_settings(settings)
             logger.info("settings updated")
+            if settings.context != old.context:
+                self._server.project.scan(self, self.engine, settings, self._server.documents)
         elif self.engine is not None or self.engine_error is not None:
             logger.info("model settings changed: loading the model again")
             self.start_loading()
@@ -223,6 +228,7 @@ class EngineHost:
                 return  # the settings changed while loading; a newer load is under way
             self.engine = engine
             logger.info("model %s loaded", getattr(engine, "model_name", "?"))
+            self._server.project.scan(self, engine, self._server.settings, self._server.documents)
             done = "model loaded"
         except Exception as exc:
             if generation != self._load_generation:
@@ -286,7 +292,7 @@ class EngineHost:
             prose = context.kind != lexing.CODE
             request = convert.to_engine_request(
                 cursor, multiline=False if single_line or prose else None, cancel=cancel,
-                path=convert.document_path(doc.uri),
+                path=convert.document_path(doc.uri), project=self._server.project.context(self._server.documents),
             )
             record = EngineRequestRecord(id=msg_id, version=version, offset=cursor.offset, context=context.kind,
                                          multiline=request.multiline, prefix_tail=request.prefix[-64:],
@@ -317,7 +323,8 @@ class EngineHost:
         engine = self.engine
         if engine is None:
             return None
-        request = convert.to_engine_request(cursor, cancel=threading.Event(), path=convert.document_path(doc.uri))
+        request = convert.to_engine_request(cursor, cancel=threading.Event(), path=convert.document_path(doc.uri),
+                                            project=self._server.project.context(self._server.documents))
         record = EngineRequestRecord(id=self._server.protocol.msg_id, version=doc.version, offset=cursor.offset,
                                      explain=True)
         completion = await self._decode(engine, request, record)
@@ -418,8 +425,9 @@ class EngineHost:
             event.set()
 
     def cancel_all(self) -> None:
-        """Stop every decode and the warm-up (shutdown, exit)."""
+        """Stop every decode, the warm-up and the workspace scan (shutdown, exit)."""
         self._warm_up_stop.set()
+        self._server.project.stop.set()
         if self._warm_up_timer is not None:
             self._warm_up_timer.cancel()
             self._warm_up_timer = None

@@ -32,6 +32,7 @@ from lsp_server import convert, transport
 from lsp_server.document import DocumentStore
 from lsp_server.handlers import HANDLERS
 from lsp_server.host import CLIENT_REQUEST_TIMEOUT_S, EngineHost
+from lsp_server.project import Project
 from lsp_server.protocol import FsmCompleteProtocol
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class FsmCompleteServer(LanguageServer):
         self.position_encoding = convert.UTF16
         self.closed = False
         self.host = EngineHost(self)
+        self.project = Project()  # the project context of each request (open documents, workspace slice)
 
         self._exit_code: int | None = None
         self._wake: asyncio.Queue | None = None
@@ -205,6 +207,7 @@ class FsmCompleteServer(LanguageServer):
         options = params.initialization_options
         if options is not None:
             self.settings, self._settings_problems = from_wire(_section(options), self.settings)
+        self.project.set_root(params)
         self._apply_log_level()
         self._start_client_logging()
         logger.info("position encoding %s", self.position_encoding)

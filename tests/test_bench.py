@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ from lab.bench_slots import (
     slot_files,
     slot_metrics,
 )
-from lab.tasks import ALL_KINDS, parse_kinds
+from lab.tasks import ALL_KINDS, DEFAULT_KINDS, parse_kinds
 
 SRC = '''import requests as rq
 from subprocess import run
@@ -171,7 +172,8 @@ def test_summary_and_report_carry_the_slot_figures(tmp_path):
 
 
 def test_kinds_option():
-    assert parse_kinds(None) == (list(ALL_KINDS), True)
+    assert parse_kinds(None) == (list(DEFAULT_KINDS), True) and "workspace" not in DEFAULT_KINDS
+    assert parse_kinds("workspace") == (["workspace"], False)
     assert parse_kinds("slots,line") == (["slots", "line"], False)
     with pytest.raises(ValueError, match="choose from line,args,block,slots"):
         parse_kinds("line,calls")
@@ -226,3 +228,37 @@ def test_bench_command_writes_every_report_key(tmp_path):
     assert (out / "latency.png").stat().st_size > 0 and (out / "validity.png").stat().st_size > 0
     assert (out / "usefulness.png").stat().st_size > 0
     assert "Usefulness" in (out / "report.md").read_text()
+
+
+def test_workspace_tasks_come_from_packages_and_report_the_context_gain(tmp_path):
+    from lab import bench_context
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def alpha(x):\n    return x + 1\n\n\nVALUE = alpha(2)\n")
+    (pkg / "b.py").write_text("from .a import alpha\n\nRESULT = alpha(40)\n")
+    (tmp_path / "lone.py").write_text("def lone(y):\n    return y * 2\n")  # no package: never a workspace task
+    files = sorted(tmp_path.rglob("*.py"))
+    assert bench_context.package_files(files) == [pkg / "__init__.py", pkg / "a.py", pkg / "b.py"]
+    tasks = bench_context.sample_workspace_tasks(files, 3, seed=0)
+    assert len(tasks) == 3 and {t.kind for t in tasks} == {"workspace"}
+    assert all(Path(t.path).parent == pkg and t.prefix + t.target + t.suffix == Path(t.path).read_text() for t in tasks)
+    from engine.settings import Settings
+
+    project = bench_context.project_for(tasks[0], Settings())
+    assert tasks[0].path not in project.workspace and set(project.workspace) <= {str(p) for p in pkg.glob("*.py")}
+    rows = [{"kind": "workspace", "path": str(pkg / "a.py"), "text": "x + 1", "target": "x + 1",
+             "useful_no_project": False, "useful_no_cache": False},
+            {"kind": "workspace", "path": str(pkg / "b.py"), "text": "alpha(40)", "target": "alpha(40)",
+             "useful_no_project": True, "useful_no_cache": True},
+            {"kind": "line", "path": "x.py", "text": "", "target": "y"}]
+    summary = bench_context.summarize_workspace(rows)
+    assert summary == {"useful_with_project": 1.0, "useful_no_project": 0.5, "useful_no_cache": 0.5,
+                       "useful_retrieval": 0.0, "context_gain": 2.0, "packages": 1}
+    task = bench_context.Task("workspace", str(pkg / "b.py"), "from .a import alpha\n\nRESULT = alpha(", "40)", "\n", True)
+    siblings = bench_context.project_for(task, Settings())
+    assert str(pkg / "b.py") not in siblings.workspace
+    prefix = bench_context.retrieved_prefix(task, siblings, k=1)
+    assert prefix.startswith("# a.py\n# def alpha(x):\n") and prefix.endswith(task.prefix)
+    assert bench_context.useful("alpha(41)", "alpha(40)") and not bench_context.useful("", "x")

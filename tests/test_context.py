@@ -207,3 +207,45 @@ def test_workspace_slice_respects_gitignore_and_bounds(tmp_path, git):
     assert len(workspace.collect(tmp_path, max_bytes=7)) == 1  # the byte budget
     assert str(tmp_path / "pkg" / "a.py") not in workspace.collect(tmp_path, exclude=[tmp_path / "pkg" / "a.py"])
     assert workspace.collect(tmp_path / "missing") == {}
+
+
+SIBLING = '''"""Widgets."""
+
+
+def frobnicate_widget_settings(widget, level):
+    return widget.configure(level)
+
+
+def make_registry():
+    registry = WidgetRegistry(default_level=3, strict_mode=True)
+    frobnicate_widget_settings(registry, level=4)
+    return registry
+'''
+MAIN = "from widgets import WidgetRegistry\n\n\ndef build():\n    registry = WidgetRegistry("
+
+
+def test_a_name_only_a_sibling_file_defines_is_completed_with_the_cache(engine, tmp_path):
+    """The real engine and model: the keyword ``default_level`` exists only in a sibling "project"
+    file; with the project context the completion copies it, without it the model cannot know it."""
+    from dataclasses import replace
+
+    from engine.api import CompletionRequest
+
+    project = ProjectContext(workspace={str(tmp_path / "widgets.py"): SIBLING})
+
+    def request():
+        return CompletionRequest(prefix=MAIN, suffix="\n", project=project, path=str(tmp_path / "main.py"))
+
+    old = engine.settings
+    try:
+        on = engine.complete(request())
+        assert on.text.startswith("default_level=3"), on.text
+        assert on.context["counted"]["workspace"] > 0 and on.context["mixed_steps"] > 0
+        engine.update_settings(replace(old, context=replace(old.context, cache_model=False)))
+        off = engine.complete(request())
+        assert "default_level" not in off.text and off.context == {}
+        engine.update_settings(replace(old, context=replace(old.context, workspace=False)))
+        scoped = engine.complete(request())  # the scope switched off: not counted, not copied
+        assert scoped.context["counted"]["workspace"] == 0 and "default_level" not in scoped.text
+    finally:
+        engine.update_settings(old)

@@ -10,7 +10,14 @@ import re
 
 import pytest
 import pytest_lsp
-from lsp_client import SERVER, Session, capabilities, start, wait_model_loaded
+from lsp_client import (
+    SERVER,
+    TEST_SETTINGS,
+    Session,
+    capabilities,
+    start,
+    wait_model_loaded,
+)
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -279,3 +286,60 @@ async def test_explain_without_a_position_is_invalid_params(session: Session):
         )
     assert "position" in str(caught.value)
     assert await session.document(uri) is not None  # the server is fine
+
+
+async def test_other_open_documents_are_project_context(session: Session, tmp_path):
+    """A keyword that only another open document uses (a made-up name) is copied from it: the server
+    hands the open documents to the engine's cache model (the document itself is left out)."""
+    sibling = ("def make_registry():\n    registry = WidgetRegistry(default_level=3, strict_mode=True)\n"
+               "    return registry\n")
+    session.open(sibling, (tmp_path / "widgets.py").as_uri())
+    result = await session.inline("from widgets import WidgetRegistry\n\n\ndef build():\n    registry = WidgetRegistry(█\n",
+                                  (tmp_path / "main.py").as_uri())
+    record = await session.engine_request(result.uri)
+    context = record["projectContext"]  # nested objects arrive as named tuples
+    assert context.counted.open > 0 and context.mixed_steps > 0
+    assert result.items and "WidgetRegistry(default_level=3" in result.applied()[0]
+
+
+# ---------------------------------------------------------------------------- a workspace folder
+
+WIDGETS = ("def make_registry():\n    registry = WidgetRegistry(default_level=3, strict_mode=True)\n"
+           "    return registry\n")
+IN_WORKSPACE = ClientServerConfig(server_command=SERVER.server_command, server_env=SERVER.server_env)
+
+
+@pytest_lsp.fixture(config=IN_WORKSPACE, scope="module")
+async def in_workspace(lsp: LanguageClient, tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    (root / "widgets.py").write_text(WIDGETS)
+    (root / ".gitignore").write_text("build/\n")
+    (root / "build").mkdir()
+    (root / "build" / "old.py").write_text("registry = WidgetRegistry(ignored_level=0)\n")
+    result = await lsp.initialize_session(types.InitializeParams(
+        capabilities=capabilities("visual_studio_code"), initialization_options={"fsmComplete": TEST_SETTINGS},
+        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="project")]))
+    lsp.session = Session(lsp, "visual_studio_code", result)
+    lsp.root = root
+    await wait_model_loaded(lsp)
+    yield
+    await lsp.shutdown_session()
+
+
+async def test_the_workspace_folder_is_project_context(in_workspace: LanguageClient):
+    """Files of the workspace folder that are not open (and not ignored) are read once after the
+    model loads and feed the cache model: a keyword only ``widgets.py`` on disk uses is copied."""
+
+    async def scanned():
+        while not any("files in the project context" in m.message for m in in_workspace.log_messages):
+            await in_workspace.wait_for_notification(types.WINDOW_LOG_MESSAGE)
+
+    await asyncio.wait_for(scanned(), 60)
+    note = next(m.message for m in in_workspace.log_messages if "files in the project context" in m.message)
+    assert note.endswith("files in the project context: 1")  # build/ is ignored by .gitignore
+    session: Session = in_workspace.session
+    result = await session.inline("from widgets import WidgetRegistry\n\n\ndef build():\n    registry = WidgetRegistry(█\n",
+                                  (in_workspace.root / "main.py").as_uri())
+    context = (await session.engine_request(result.uri))["projectContext"]
+    assert context.counted.workspace > 0 and context.counted.open == 0
+    assert result.items and "WidgetRegistry(default_level=3" in result.applied()[0]

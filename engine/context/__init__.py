@@ -9,7 +9,7 @@ The decode loop mixes the cache's estimate into the model's logits before the to
 (:func:`engine.decode.mix_cache`), so the constraints still hold.
 """
 
-from .cache import ContextCache, document_key
+from .cache import ContextCache, batch_encoder, document_key, scopes_for
 from .ngram import NestedCache, NgramCounts, Prediction
 
-__all__ = ["ContextCache", "NestedCache", "NgramCounts", "Prediction", "document_key"]
+__all__ = ["ContextCache", "NestedCache", "NgramCounts", "Prediction", "batch_encoder", "document_key", "scopes_for"]

@@ -21,7 +21,7 @@ from ..text import normalize_eol, scalar_text
 from .ngram import EMPTY, MIN_CONTEXT, ORDER, NestedCache, Prediction
 
 SCOPES = ("document", "open", "workspace")
-BATCH = 16  # texts tokenized per call (and per hold of the lock)
+BATCH = 4  # texts tokenized per call and counted per hold of the lock (a request waits for one batch at most)
 
 
 def document_key(path: str | None) -> str | None:
@@ -41,7 +41,8 @@ class ContextCache:
         self.encode_batch = encode_batch
         self.nested = NestedCache(SCOPES, order=order, vocab_size=vocab_size, min_context=min_context)
         self._texts: dict[str, dict[str, str]] = {"open": {}, "workspace": {}}  # scope -> key -> text counted
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the counts (held per batch of texts)
+        self._syncing = threading.Lock()  # one sync at a time (held for a whole sync)
 
     def set_document(self, prefix_ids, suffix_ids) -> None:
         """The current document's scope: its prefix and suffix ids (two sequences: no n-gram spans
@@ -52,12 +53,24 @@ class ContextCache:
             doc.set("suffix", suffix_ids)
 
     def sync(self, project: ProjectContext | None, exclude: str | None = None,
-             stop: threading.Event | None = None) -> int:
+             stop: threading.Event | None = None, wait: bool = True) -> int:
         """Make the ``open`` and ``workspace`` scopes count ``project``'s texts (all but the document
-        named ``exclude``, see :func:`document_key`); None empties them. ``stop`` set ends early
-        (between batches). Returns how many texts were (re)tokenized."""
-        wanted = {"open": dict(project.documents) if project is not None else {},
-                  "workspace": dict(project.workspace) if project is not None else {}}
+        named ``exclude``, see :func:`document_key`; a workspace file that is open counts as the open
+        document); None empties them. ``stop`` set ends early (between batches). ``wait`` False:
+        do nothing when another sync is running (a request does not wait for a workspace scan).
+        Returns how many texts were (re)tokenized."""
+        if not self._syncing.acquire(blocking=wait):
+            return 0
+        try:
+            return self._sync(project, exclude, stop)
+        finally:
+            self._syncing.release()
+
+    def _sync(self, project: ProjectContext | None, exclude: str | None, stop: threading.Event | None) -> int:
+        documents = dict(project.documents) if project is not None else {}
+        wanted = {"open": documents,
+                  "workspace": {k: v for k, v in project.workspace.items() if k not in documents}
+                  if project is not None else {}}
         skip = {exclude} if exclude else set()
         if exclude:
             skip.add(document_key(exclude))
@@ -100,3 +113,39 @@ class ContextCache:
     def sizes(self) -> dict[str, int]:
         """Token ids counted per scope."""
         return {name: len(counts) for name, counts in self.nested.scopes.items()}
+
+
+def scopes_for(project: ProjectContext | None, settings) -> ProjectContext | None:
+    """``project`` with the scopes the ``context`` settings (:class:`engine.settings.ContextSettings`)
+    leave out emptied; None when the cache model is off or there is no project."""
+    if project is None or not settings.cache_model:
+        return None
+    return ProjectContext(project.documents if settings.open_documents else {},
+                          project.workspace if settings.workspace else {})
+
+
+def batch_encoder(tokenizer, control_ids=frozenset()) -> Callable[[list[str]], list[list[int]]]:
+    """``texts -> [ids]`` for :class:`ContextCache`, without special tokens: the fast tokenizer's
+    batch call (parallel, no length warning) on a copy of its Rust tokenizer (a background sync then
+    never shares one with the prompt builder, whose wrapper may reconfigure truncation), else one
+    ``encode`` per text. Text is data: ``control_ids`` (special and added tokens,
+    :attr:`engine.fim.PromptBuilder.control_ids`) are dropped, so the cache never proposes one."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        from tokenizers import Tokenizer
+
+        own = Tokenizer.from_str(backend.to_str())
+        own.no_truncation()
+        own.no_padding()
+
+        def encode(texts):
+            return [e.ids for e in own.encode_batch(texts, add_special_tokens=False)]
+    else:
+        def encode(texts):
+            return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+
+    def data_ids(texts):
+        return [ids if control_ids.isdisjoint(ids) else [i for i in ids if i not in control_ids]
+                for ids in encode(texts)]
+
+    return data_ids
