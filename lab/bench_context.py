@@ -12,7 +12,7 @@ Each task runs constrained four ways: with the project (the rows of the ``constr
 without it (the cache model still counts the document itself), with the cache model off, and with
 the cache model off but the project's most similar snippets in the prompt (the retrieval baseline,
 :func:`retrieved_prefix`); the unconstrained mode runs with the project. Figures: ``useful`` (shown and exact or edit similarity
->= 0.7, :mod:`engine.usefulness`) of each, and ``context_gain`` = useful with the project / useful
+>= 0.7, :mod:`lab.usefulness`) of each, and ``context_gain`` = useful with the project / useful
 with the cache model off.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.text import read_source
-from engine.usefulness import USEFUL_SIMILARITY, edit_similarity
+from .usefulness import USEFUL_SIMILARITY, edit_similarity
 
 from .tasks import Task, spans_for_file
 
@@ -66,7 +66,7 @@ def project_for(task: Task, settings) -> object:
 
 
 def useful(text: str, target: str) -> bool:
-    """Shown and exact, or edit similarity >= :data:`engine.usefulness.USEFUL_SIMILARITY`."""
+    """Shown and exact, or edit similarity >= :data:`lab.usefulness.USEFUL_SIMILARITY`."""
     text, target = text.strip(), target.strip()
     return bool(text) and (text == target or edit_similarity(text, target) >= USEFUL_SIMILARITY)
 

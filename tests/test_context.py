@@ -209,6 +209,16 @@ def test_workspace_slice_respects_gitignore_and_bounds(tmp_path, git):
     assert workspace.collect(tmp_path / "missing") == {}
 
 
+def test_a_workspace_inside_an_ignored_folder_of_a_repository_is_its_own_project(tmp_path):
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("tools/\n")
+    project = tmp_path / "tools" / "lib"
+    project.mkdir(parents=True)
+    (project / "a.py").write_text("A = 1\n")
+    (project / "b.py").write_text("B = 2\n")
+    assert sorted(Path(p).name for p in workspace.collect(project)) == ["a.py", "b.py"]
+
+
 SIBLING = '''"""Widgets."""
 
 

@@ -26,15 +26,22 @@ MAX_BYTES = 1_000_000
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "env", "build", "dist", "site-packages"})
 
 
-def _git_files(root: Path) -> list[Path] | None:
-    """Python files under ``root`` that git tracks or would track; None when ``root`` is not in a git
-    work tree (or git is missing or slow)."""
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess | None:
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py"],
-                             cwd=root, capture_output=True, timeout=10, check=False)
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    if out.returncode != 0:
+
+
+def _git_files(root: Path) -> list[Path] | None:
+    """Python files under ``root`` that git tracks or would track; None when ``root`` is not in a git
+    work tree, or is itself ignored there (a folder under a tool's ignored directory, e.g. an
+    interpreter installed inside a git checkout: it is its own project), or git is missing or slow."""
+    ignored = _git(root, "check-ignore", "-q", ".")
+    if ignored is None or ignored.returncode == 0:
+        return None
+    out = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "*.py")
+    if out is None or out.returncode != 0:
         return None
     names = [n for n in out.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
     return [root / n for n in names]
