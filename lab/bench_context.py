@@ -24,9 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.text import read_source
-from .usefulness import USEFUL_SIMILARITY, edit_similarity
 
 from .tasks import Task, spans_for_file
+from .usefulness import USEFUL_SIMILARITY, edit_similarity
 
 KIND = "workspace"
 
