@@ -410,13 +410,71 @@ def _summarize(signature) -> tuple[tuple[Param, ...], str | None]:
     return tuple(params), signature.full_name
 
 
+def _implementations(script, code: str, offset: int) -> tuple:
+    """The signatures of the Python source that implements a callee jedi answered from a stub
+    (``.pyi``): jedi may keep one of a stub's ``@overload`` variants only (``asyncio.sleep(delay,
+    result)`` without ``sleep(delay)``), so a parameter the implementation gives a default is not
+    required. ``offset``: just after the ``(``."""
+    k = offset - 1
+    while k > 0 and code[k - 1] in " \t":
+        k -= 1
+    line, column = _line_col(code, max(0, k - 1))
+    out = []
+    for definition in script.goto(line, column, follow_imports=True):
+        if definition.type == "function" and str(definition.module_path or "").endswith(".py"):
+            params = _source_params(str(definition.module_path), definition.line)
+            if params is not None:
+                out.append((params, definition.full_name))
+    return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _source_tree(path: str):
+    import ast
+
+    from .text import read_source
+
+    return ast.parse(read_source(Path(path)))
+
+
+def _source_params(path: str, line: int) -> tuple[Param, ...] | None:
+    """The parameters of the function defined at ``line`` (1-based) of the Python file ``path``,
+    read with ``ast`` (never imported); None when there is none."""
+    import ast
+
+    try:
+        tree = _source_tree(path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == line:
+            a = node.args
+            positional = a.posonlyargs + a.args
+            first_default = len(positional) - len(a.defaults)
+            params = [Param(p.arg, "positional_only" if i < len(a.posonlyargs) else "positional_or_keyword",
+                            i < first_default) for i, p in enumerate(positional)]
+            if a.vararg is not None:
+                params.append(Param(a.vararg.arg, "var_positional", False))
+            params += [Param(p.arg, "keyword_only", d is None) for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+            if a.kwarg is not None:
+                params.append(Param(a.kwarg.arg, "var_keyword", False))
+            return tuple(params)
+    return None
+
+
 def _jedi_signatures(code: str, offset: int, path: str | None):
     """``(overloads, full_name)`` of the call whose ``(`` ends at ``offset``; None if unresolved."""
     try:
         line, column = _line_col(code, offset)
         with _JEDI_LOCK:
-            found = _script(code, path).get_signatures(line, column)
+            script = _script(code, path)
+            found = script.get_signatures(line, column)
             overloads = tuple(_summarize(s) for s in found)
+            if any(str(s.module_path or "").endswith(".pyi") for s in found):
+                optional = {p.name for params, _ in _implementations(script, code, offset) for p in params
+                            if not p.required}
+                overloads = tuple((tuple(replace(p, required=p.required and p.name not in optional) for p in params),
+                                   full) for params, full in overloads)
     except Exception:
         log.debug("jedi could not resolve the signature at %d in %s", offset, path, exc_info=True)
         return None
@@ -445,16 +503,40 @@ def _open_object(script, completions, line: int, column: int) -> bool:
     for name in inferred:
         if name.type == "module" and name.in_builtin_module() and not str(name.module_path or "").endswith(".pyi"):
             return True
+        if name.type in ("instance", "class") and _unresolved_base(name):
+            return True
     return False
 
 
+def _unresolved_base(name) -> bool:
+    """Does the class of ``name`` (a jedi instance or class) have a base class, anywhere in its
+    MRO, that jedi cannot infer (``from .util import Base`` out of reach, a base made at run
+    time)? Its attributes are then unknown. Uses jedi's value API; any surprise counts as True."""
+    try:
+        for value in name._name.infer():
+            cls = getattr(value, "class_value", value)
+            for klass in [cls, *cls.py__mro__()]:
+                bases = getattr(klass, "py__bases__", None)
+                if bases is None:
+                    continue
+                for base in bases():
+                    if not base.infer():
+                        return True
+    except Exception:
+        log.debug("could not walk the bases of %s", name, exc_info=True)
+        return True
+    return False
+
+
+_WORD = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 _DOT_NAME = re.compile(r"\.[ \t]*([A-Za-z_]\w*)")
 _SETS_ATTRIBUTES = re.compile(r"\b(?:setattr|vars)[ \t]*\(|\.__dict__\b")
 
 
 def _instance_hints(code: str, script, completions, line: int, column: int) -> frozenset[str] | None:
     """Attributes an instance (or class) of a Python class may get from outside its class body:
-    every name written after a ``.`` in the document (``obj.extra = 1`` anywhere, R4's hints).
+    every name written in the document, after a ``.`` or not (``obj.extra = 1`` anywhere, a
+    subclass's class attribute, ``type(name, bases, {"attr": ...})``: R4's hints).
     Empty for objects of builtin types and classes with ``__slots__`` (closed); None (open) when
     the document sets attributes by name (``setattr``, ``vars()``, ``__dict__``)."""
     if any(c.name == "__slots__" for c in completions):
@@ -464,7 +546,7 @@ def _instance_hints(code: str, script, completions, line: int, column: int) -> f
         return frozenset()
     if _SETS_ATTRIBUTES.search(code):
         return None
-    return frozenset(_DOT_NAME.findall(code))
+    return frozenset(_DOT_NAME.findall(code)) | frozenset(_WORD.findall(code))
 
 
 def _jedi_members(code: str, offset: int, path: str | None) -> frozenset[str] | None:

@@ -104,3 +104,20 @@ def test_open_objects_get_a_completion_through_the_cli(tmp_path, buffer):
     record = _explain(tmp_path, buffer)
     assert record["member_access"] is None and not record["refusals"].get("unknown-attribute")
     assert record["text"].strip()  # the old monitor refused every candidate: nothing was shown
+
+
+def test_a_class_whose_base_jedi_cannot_infer_is_open():
+    source = "from .util import Base\n\n\nclass C(Base):\n    def f(self):\n        self."
+    assert member_names(source, len(source)) is None
+    source = "import unittest\n\n\nclass C(unittest.TestCase):\n    def f(self):\n        self."
+    assert "assertIn" in member_names(source, len(source))
+
+
+def test_a_stub_overload_jedi_drops_does_not_make_a_parameter_required():
+    """typeshed: ``sleep(delay)`` and ``sleep(delay, result)``; jedi shows the second only. The
+    implementation (``result=None``) decides; the real call ``asyncio.sleep(t)`` is valid."""
+    from engine.signatures import resolve_call
+
+    source = "import asyncio\n\n\nasync def f(t):\n    await asyncio.sleep("
+    spec = resolve_call(source, len(source))
+    assert spec.required_positional == ("delay",)
