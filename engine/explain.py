@@ -73,7 +73,8 @@ def to_markdown(record: dict) -> str:
         m = record["member_access"]
         if m.get("rule") == "block-header":
             lines.append(f"- {m['object']}: the line's first word must be one of {m['attributes']} compound "
-                         "statement keywords")
+                         "statement keywords, unless it is indented as deep as the next line or continues into "
+                         "it (an open bracket, a triple-quoted string, a backslash)")
         else:
             lines.append(f"- member access on `{m['object']}`: {m['attributes']} attributes allowed")
     if record.get("safe_continuation"):

@@ -88,6 +88,7 @@ REFUSED = [
     (FUNC, "x = [a, b]\n", "a", "\n"),  # `x = [a, b] = ...` would bind them
     (FUNC, "x = max(a, b)\n", "a", ","),
     (FUNC, "def inner(a=unknown):\n", "unknown", ")"),
+    (FUNC, "def inner(a: int = unknown):\n", "unknown", ")"),
     (FUNC, "label = f'{nmae}'\n", "nmae", "'"),
     (FUNC, "total += missing\n", "missing", "\n"),
     (FUNC, "results.append(path)\n", "results", "."),
@@ -102,6 +103,17 @@ def test_unbound_names_are_refused_where_they_are_settled(buffer, completion, na
     prefix, suffix = buffer.split("█")
     body = " " * (len(prefix) - prefix.rfind("\n") + 3) + "pass\n" if completion.endswith(":\n") else ""
     assert name in undefined(prefix + completion + body + suffix)
+
+
+@pytest.mark.parametrize("completion", ["def inner(a: Later, b: 'Other' = None) -> Later:\n        return a\n",
+                                        "var: Later = path\n"])
+def test_annotations_are_not_judged(completion):
+    """PEP 563/649 defer annotations: a forward reference (bound later, or only for a type
+    checker) runs. pyflakes would report it, so CPython's compiler is the oracle here."""
+    refusal, _, _ = run(FUNC, completion)
+    assert refusal is None
+    prefix, suffix = FUNC.split("█")
+    compile("from __future__ import annotations\n" + prefix + completion + suffix, "<case>", "exec")
 
 
 def test_a_name_is_judged_when_it_ends_not_while_it_is_written():
@@ -143,3 +155,32 @@ def test_monitor_copies_are_independent():
         copy.feed(ch, 0, True)
     assert "fresh" in copy.bound and "fresh" not in monitor.bound
     assert isinstance(copy, NamesMonitor)
+
+
+# --------------------------------------------------------------------------- the real engine
+
+ENGINE_BUFFERS = [
+    OPEN + "        pass\n",  # issue #12: `open(` in a function taking `path` wrote `file, 'rb') as f:`
+    "import os\n\n\ndef load(path):\n    data = open(█\n",
+    METHOD,
+    "def area(width, height):\n    █\n",
+    "import json\n\n\ndef dump(record, stream):\n    json.dump(█\n",
+]
+
+
+@pytest.mark.parametrize("buffer", ENGINE_BUFFERS)
+def test_completions_write_no_new_undefined_name(engine, buffer):
+    """Through the real engine and embedded model: pyflakes finds no undefined name in the
+    completed document that the document did not have, and explain shows the monitor."""
+    from engine.api import CompletionRequest
+
+    prefix, suffix = buffer.split("█")
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    assert result.semantics["names"] is not None
+    done = prefix + result.text + suffix[result.replace_suffix:]
+    try:
+        ast.parse(done)
+    except SyntaxError:
+        pytest.skip(f"the completion is not a whole statement here: {result.text!r}")
+    new = undefined(done) - document_names(prefix + suffix).names  # undefined names the document lacked
+    assert not new, (new, result.text)

@@ -251,8 +251,8 @@ def test_a_line_before_a_deeper_indented_one_must_open_a_block(prefix, suffix, t
         sem.advance(state, ch.encode())
         state.feed_char(ch)
     compile(prefix + rest + suffix, "<test>", "exec")
-    # anything that is not a compound statement's keyword is refused at its first wrong character
-    for wrong, where in [("x = 1", 0 if not typed else None), ("_time", 0)]:
+    # a line that is no compound statement is refused where its logical line ends without continuing
+    for wrong in ("x = 1\n", "_time  # note\n", "(a, b) = 1, 2\n"):
         state, sem = lex_text(prefix), Semantics(member=block_header_at(prefix, suffix, lex_text(prefix)), source=prefix)
         refused_at = None
         for i, ch in enumerate(wrong):
@@ -263,8 +263,32 @@ def test_a_line_before_a_deeper_indented_one_must_open_a_block(prefix, suffix, t
                 break
             sem.advance(state, ch.encode())
             state.feed_char(ch)
-        assert refused_at is not None and (where is None or refused_at == where)
+        assert refused_at == len(wrong) - 1, (wrong, refused_at)
+        assert not sem.accepting()
     assert all(k.isidentifier() for k in HEADER_KEYWORDS)
+
+
+@pytest.mark.parametrize("prefix,completion,suffix", [
+    ("def f(x):\n    y = x + 1\n", "    print(y)", "\n    return y\n"),  # R2: the body's own indentation
+    ("def f(x):\n    if x:\n        y = 1\n", "        y = 2", "\n        return y\n"),  # R2 sibling: deeper
+    ("class C:\n    a = 1\n", "    b = 2", "\n\n    def m(self):\n        pass\n"),  # R2 sibling
+    ("def build():\n    d", " = {", "\n        'host': 'localhost',\n    }\n    return d\n"),  # R3
+    ("def build():\n    ", "cmd = [", "\n        'run',\n    ]\n    return cmd\n"),  # R3 sibling: a list
+    ("def f(a):\n    ", "assert a, \\", "\n        'message'\n"),  # R3 sibling: a backslash
+    ("def f():\n    ", 'text = """', '\n        indented\n    """\n    return text\n'),  # R3 sibling: a string
+])
+def test_lines_that_continue_or_sit_in_the_body_are_not_headers(prefix, completion, suffix) -> None:
+    """Issue #16 R2/R3: what real code writes before a deeper-indented line passes."""
+    from engine.monitors import block_header_at
+
+    state = lex_text(prefix)
+    sem = Semantics(member=block_header_at(prefix, suffix, state), source=prefix)
+    assert sem.member is not None and sem.member.RULE == "block-header"
+    for ch in completion:
+        assert sem.check(state, ch.encode()) is None, ch
+        sem.advance(state, ch.encode())
+        state.feed_char(ch)
+    compile(prefix + completion + suffix, "<test>", "exec")
 
 
 @pytest.mark.parametrize("prefix,suffix", [

@@ -6,6 +6,7 @@ The lexical automaton (:mod:`engine.pylex`, :mod:`engine.fsm`) decides which tok
 * :mod:`.slots` — argument slots of a call (required arguments, keyword names, positional count);
 * :mod:`.member` — member access after ``name.`` (the attribute must exist);
 * :mod:`.block_header` — a line the indentation after it says must open a block;
+* :mod:`.names` — names must exist (a load is bound somewhere; new names only where they bind);
 * :mod:`.semantics` — :class:`Semantics`, the monitors of one request driven together;
 * :mod:`.setup` — which monitors a request at a cursor gets (callee resolution, member names);
 * :mod:`.filter` — the decoder's use of them: the per-step semantic filter over candidate tokens,
@@ -17,10 +18,11 @@ Monitors never raise mid-generation: a refused token is a :class:`Refusal`.
 from .base import Refusal, code_char
 from .block_header import HEADER_KEYWORDS, BlockHeader, block_header_at
 from .member import MemberAccess
+from .names import NamesMonitor, document_names, names_monitor
 from .semantics import Semantics
 from .slots import CallSlots, call_slots_at
 
 __all__ = [
     "HEADER_KEYWORDS", "BlockHeader", "CallSlots", "MemberAccess", "Refusal", "Semantics", "block_header_at",
-    "call_slots_at", "code_char",
+    "call_slots_at", "code_char", "NamesMonitor", "document_names", "names_monitor",
 ]

@@ -2,7 +2,7 @@
 
 When the next code line is indented deeper than the cursor's line, only a compound statement's
 header may come before it (Python reference, "Indentation": only a header is followed by an
-INDENT), so the line's first word must be one of :data:`HEADER_KEYWORDS`.
+INDENT), unless the line continues into the deeper ones (see :class:`BlockHeader`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 from ..lexing import automaton as pylex
 from ..lexing.automaton import Lex
-from ..lexing.vocabulary import COMPOUND_KEYWORDS
+from ..lexing.vocabulary import COMPOUND_KEYWORDS, indent_width
 from .base import Refusal, ident_char
 from .member import MemberAccess
 
@@ -22,24 +22,67 @@ HEADER_KEYWORDS = COMPOUND_KEYWORDS
 class BlockHeader(MemberAccess):
     """The cursor's line must open a block: the next code line is indented deeper, and only a
     compound statement's header may be followed by an INDENT (Python reference, "Indentation").
-    The line's first word must then be one of :data:`HEADER_KEYWORDS`; whether the line ends with
-    its ``:`` is left to the line finisher and validation."""
 
-    __slots__ = ()
+    Sound for every line real code writes there (issue #16, R2 and R3):
+
+    * the completion may first indent the line as deep as the next line (``next_indent`` columns):
+      then it writes a statement of that body, and nothing is required (R2: blank lines that
+      editors trim to column 0 inside a body);
+    * a line whose first word is one of :data:`HEADER_KEYWORDS` opens a block;
+    * any other line may still continue into the deeper lines: an open bracket (R3: ``d = {``
+      before the dict's items), a triple-quoted string or a backslash. So it is refused only
+      where its logical line ends without continuing (a newline at bracket depth 0 in code or
+      after a comment); whether a header ends with its ``:`` is left to the line finisher and
+      validation.
+
+    Fed every character (:attr:`NEEDS_DEPTH`) through :meth:`feed_at`."""
+
+    __slots__ = ("column", "next_indent", "continues")
     RULE = "block-header"
     WHY = "the next line is indented deeper, so this line must open a block"
+    NEEDS_DEPTH = True
 
-    def __init__(self, typed: str = ""):
+    def __init__(self, typed: str = "", column: int = 0, next_indent: int = 1 << 30):
         super().__init__(HEADER_KEYWORDS, typed, "block header (the next line is indented deeper)")
+        self.column = column  # indentation width before the line's first word, in columns
+        self.next_indent = next_indent  # the next code line's indentation width
+        self.continues = False  # a line that is no header: it must continue into the next lines
 
-    def _no_prefix(self) -> str:
-        return f"{self.WHY}; no header starts with {self.typed!r}"
+    def copy(self) -> BlockHeader:
+        new = super().copy()
+        new.column, new.next_indent, new.continues = self.column, self.next_indent, self.continues
+        return new
 
-    def _not_member(self) -> str:
-        return f"{self.WHY}; {self.typed!r} is not a compound statement keyword"
+    def feed_at(self, ch: str, depth: int, code: bool, comment: bool) -> Refusal | None:
+        """One character with the lexer's bracket ``depth`` before it; ``code``: it is code;
+        ``comment``: the lexer is inside a comment."""
+        if self.continues:
+            if ch == "\n" and depth == 0 and (code or comment):
+                self.done = True
+                return Refusal(self.RULE, f"{self.WHY}; a line that is no compound statement must continue "
+                                          "into it (an open bracket, a triple-quoted string or a backslash)")
+            return None
+        if self.done or not code:
+            return None
+        if not self.typed and ch in " \t":
+            self.column = indent_width(" " * self.column + ch)
+            if self.column >= self.next_indent:
+                self.done = True  # a statement of the deeper body itself
+            return None
+        if ident_char(ch):
+            self.typed += ch
+            return None
+        if not (self.typed and self._is_member(self.typed)):
+            self.continues = True  # no header keyword: the line must continue (see the class docstring)
+            return self.feed_at(ch, depth, code, comment)
+        self.done = True
+        return None
 
-    def _before_word(self, ch: str) -> Refusal | None:
-        return None if ch in " \t" else Refusal(self.RULE, f"{self.WHY}, not start with {ch!r}")
+    def feed(self, ch: str) -> Refusal | None:
+        return self.feed_at(ch, 0, True, False)
+
+    def accepting(self) -> bool:
+        return not self.continues and (self.done or not self.typed or self._is_member(self.typed))
 
 
 _INDENT_RE = re.compile(r"[ \t]*")
@@ -70,6 +113,6 @@ def block_header_at(prefix: str, suffix: str, state: Lex) -> BlockHeader | None:
             continue
         nxt = _INDENT_RE.match(next_line).group(0)
         if len(nxt) > len(indent) and nxt.startswith(indent):
-            return BlockHeader(typed)
+            return BlockHeader(typed, indent_width(indent), indent_width(nxt))
         return None
     return None

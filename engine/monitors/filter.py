@@ -31,7 +31,7 @@ class SemanticFilter:
             # greedy: the best lexically allowed token decides alone when the monitors accept it
             first = int(torch.argmax(logits))
             data = self.tokens[first] if first < len(self.tokens) else None
-            quiet = not sem.open_calls() and (sem.member is None or sem.member.done)
+            quiet = not sem.open_calls() and (sem.member is None or sem.member.done) and sem.names is None
             if quiet and data is not None and b"(" not in data:
                 return logits, []  # only a call the token itself opens could refuse it
             if float(logits[first]) == float("-inf"):

@@ -35,11 +35,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
-try:
-    from .base import Refusal, code_char, ident_char
-except ImportError:  # pragma: no cover - before engine/monitors/base.py exists
-    from ..slots import Refusal, code_char
-    from ..slots import _ident as ident_char
+from .base import Refusal, code_char, ident_char
 
 RULE = "unbound-name"
 MODULE_DUNDERS = frozenset({
@@ -63,6 +59,7 @@ _TOKEN = re.compile(r'''
          | "(?:\\[\s\S]|[^"\\\n])*(?:"|$) | '(?:\\[\s\S]|[^'\\\n])*(?:'|$)))
   | (?P<comment>\#[^\n]*)
   | (?P<name>[^\W\d]\w*)
+  | (?P<ellipsis>\.\.\.)
   | (?P<dot>\.)
   | (?P<num>\d[\w.]*)
 ''', re.X | re.M)
@@ -114,16 +111,17 @@ _CALL, _TUPLE, _PARAMS = range(3)
 class _Bracket:
     """One open bracket: ``kind`` (a call/subscript/display, a tuple or list that may be an
     assignment target, a parameter list), ``comp`` (it may still turn out to be a comprehension:
-    no top-level ``,`` yet), ``expr`` (parameter lists: inside an annotation or default)."""
+    no top-level ``,`` yet), ``expr`` (parameter lists: inside an annotation or default), ``ann``
+    (inside an annotation)."""
 
-    __slots__ = ("comp", "expr", "kind")
+    __slots__ = ("ann", "comp", "expr", "kind")
 
     def __init__(self, kind: int):
-        self.kind, self.comp, self.expr = kind, kind != _PARAMS, False
+        self.kind, self.comp, self.expr, self.ann = kind, kind != _PARAMS, False, False
 
     def copy(self) -> _Bracket:
         new = _Bracket.__new__(_Bracket)
-        new.kind, new.comp, new.expr = self.kind, self.comp, self.expr
+        new.kind, new.comp, new.expr, new.ann = self.kind, self.comp, self.expr, self.ann
         return new
 
 
@@ -295,6 +293,8 @@ class NamesMonitor:
         if first and d == 0 and name in ("match", "case") and op not in ("=", ":") and op not in _AUGMENTED:
             self.stmt = "skip"  # a match statement or case clause: patterns bind, subjects vary
         bracket = self.stack[d - 1] if d else None
+        if any(kind == "ann" and rd <= d for kind, rd in self.regions) or (bracket is not None and bracket.ann):
+            return self._after_op(op, d, first)  # annotations: not judged (PEP 563/649 defer them)
         binding = self.stmt in ("bind", "skip") or prev in ("def", "class") or self._in_region(d) or (
             bracket is not None and bracket.kind == _PARAMS and not bracket.expr)
         assign = op in _AUGMENTED or op == ":=" or (op == "=" and (d > 0 or self.target_ok)) or (
@@ -320,8 +320,12 @@ class NamesMonitor:
         self.prev = op[-1]
         bracket = self.stack[depth - 1] if depth else None
         if bracket is not None and bracket.kind == _PARAMS and op[-1] in ":=":
-            bracket.expr = True
+            bracket.expr, bracket.ann = True, op == ":"
         if depth == 0:
+            if op == ":" and first:
+                self.regions += (("ann", 0),)  # ``name: annotation``
+            if op == "=":
+                self.regions = tuple(r for r in self.regions if r[0] != "ann")
             if op == "=" and self.target_ok:
                 self.target_ok = True
             elif op == ":" and not first:
@@ -370,19 +374,25 @@ class NamesMonitor:
             if bracket is not None:
                 bracket.comp = False
                 if bracket.kind == _PARAMS:
-                    bracket.expr = False
+                    bracket.expr = bracket.ann = False
             return self._settle(depth)
+        if ch == "=" and bracket is not None and bracket.kind == _PARAMS:
+            bracket.ann = False
+        if ch == ">" and prev == "-" and depth == 0:
+            self.regions += (("ann", 0),)  # a return annotation, up to the header's ':'
+            return None
         if ch == "=" and depth == 0:
+            self.regions = tuple(r for r in self.regions if r[0] != "ann")
             if prev == "=" or prev in _OP_CHARS or not self.target_ok:
                 self.target_ok = False
                 return self._settle(0)
             self._bind_targets()
             return None
         if ch == ":":
-            ends = tuple(r for r in self.regions if r[0] in ("lambda", "as", "def", "class") and r[1] == depth)
+            ends = tuple(r for r in self.regions if r[0] in ("lambda", "as", "def", "class", "ann") and r[1] == depth)
             self.regions = tuple(r for r in self.regions if r not in ends)
             if bracket is not None and bracket.kind == _PARAMS:
-                bracket.expr = True
+                bracket.expr = bracket.ann = True
             if depth == 0 and not any(r[0] == "lambda" for r in ends):
                 return self._new_statement(0)  # a compound statement's header ends
             return None
@@ -408,7 +418,7 @@ def names_code(state, ch: str) -> bool:
     """Is ``ch`` fed to lexer ``state`` code, as this monitor needs it: :func:`code_char`, and
     also the first character of an f-string field (the lexer is then still deciding between
     ``{{`` and a field, and calls it not code)."""
-    from .. import pylex
+    from ..lexing import automaton as pylex
 
     return code_char(state, ch) or (state.mode == pylex.FSTR_LBRACE and ch != "{")
 
@@ -419,7 +429,7 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
     depth there), with the statement the cursor is in replayed as context. None when the document's
     namespace is dynamic, or when no line start within ``lookback`` lines replays to the lexer's
     bracket depth (a statement this monitor cannot place: enforce nothing)."""
-    from .. import pylex
+    from ..lexing import automaton as pylex
 
     names = names if names is not None else document_names(prefix + suffix)
     if names.dynamic:

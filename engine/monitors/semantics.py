@@ -17,6 +17,7 @@ from ..lexing import automaton as pylex
 from ..lexing.automaton import Lex
 from .base import Refusal, code_char
 from .member import MemberAccess
+from .names import NamesMonitor, names_code
 from .slots import EQ, EQ_ONLY, NAME, CallSlots
 
 
@@ -34,15 +35,17 @@ class Semantics:
     source: str = ""  # document prefix + accepted completion text so far
     refusals: dict = field(default_factory=dict)  # rule -> count (tokens refused)
     suffix_closes: bool = False  # the text after the cursor holds the ``)`` of the cursor's call
+    names: NamesMonitor | None = None  # names must exist (every identifier the completion writes)
 
     @property
     def active(self) -> bool:
-        return self.resolver is not None or any(not c.closed for c in self.calls) or (
+        return self.resolver is not None or self.names is not None or any(not c.closed for c in self.calls) or (
             self.member is not None and not self.member.done)
 
     def copy(self) -> Semantics:
         return Semantics([c.copy() for c in self.calls], self.member.copy() if self.member else None, self.resolver,
-                         self.source, self.refusals, self.suffix_closes)
+                         self.source, self.refusals, self.suffix_closes,
+                         self.names.copy() if self.names is not None else None)
 
     def open_calls(self) -> list:
         return [c for c in self.calls if not c.closed]
@@ -58,12 +61,19 @@ class Semantics:
                 ch = chr(b) if b < 0x80 else "\x80"
                 if not st.pend:
                     depth, code = len(st.brackets), code_char(st, ch)
-                    if self.member is not None and not self.member.done and code:
-                        refusal = self.member.feed(ch)
+                    if self.member is not None and not self.member.done:
+                        if getattr(self.member, "NEEDS_DEPTH", False):  # the block-header rule
+                            refusal = self.member.feed_at(ch, depth, code, st.mode == pylex.COMMENT)
+                        else:
+                            refusal = self.member.feed(ch) if code else None
                         if refusal is not None:
                             return st, refusal
                     for call in self.calls:
                         refusal = call.feed(ch, depth, code)
+                        if refusal is not None:
+                            return st, refusal
+                    if self.names is not None:
+                        refusal = self.names.feed(ch, depth, code or names_code(st, ch))
                         if refusal is not None:
                             return st, refusal
                 self.source += ch if b < 0x80 else "\ufffd"
@@ -118,8 +128,9 @@ class Semantics:
         return self.accepting()
 
     def accepting(self) -> bool:
-        """May generation stop here (semantically)? A half-typed attribute name may not."""
-        return self.member is None or self.member.accepting()
+        """May generation stop here (semantically)? A half-typed attribute name may not, nor a
+        name bound nowhere (see :meth:`NamesMonitor.accepting`)."""
+        return (self.member is None or self.member.accepting()) and (self.names is None or self.names.accepting())
 
     def safe_continuation(self, suffix_closes: bool, state: Lex | None = None) -> str | None:
         """Text that closes the open calls (innermost first) with their missing policy keywords, e.g.

@@ -17,6 +17,7 @@ from ..required_arguments import PolicyTable, load_pyproject_rules
 from .base import PROSE_MODES
 from .block_header import block_header_at
 from .member import MemberAccess
+from .names import names_monitor
 from .semantics import Semantics
 from .slots import call_slots_at
 
@@ -49,15 +50,17 @@ class RequiredArgumentTables:
 
 
 def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, policies: PolicyTable, *,
-                member_access: bool = True, domain_vocabulary=()) -> Semantics:
+                member_access: bool = True, domain_vocabulary=(), names: bool = True) -> Semantics:
     """The semantic monitors for a completion at the end of ``prefix`` (lexer ``state`` there; the
     document is ``prefix + suffix``, ``path`` its file or None): the slots of the call the cursor is
     in, member access after ``name.`` (or the block-header rule), and a resolver for calls the
-    completion opens. In a string or comment: no monitor."""
+    completion opens, and (``names``) the names monitor. In a string or comment: no monitor."""
     sem = Semantics(source=prefix)
     if state.mode in PROSE_MODES:
         return sem
     source = prefix + suffix
+    if names:
+        sem.names = names_monitor(prefix, suffix, len(state.brackets))
     memo: dict = {}
 
     def resolver(text: str, paren: int):
@@ -90,4 +93,5 @@ def describe(sem: Semantics) -> dict:
     return {"calls": [c.describe() for c in sem.calls], "refusals": sem.refusals,
             "member": None if sem.member is None else
             {"object": sem.member.owner, "attributes": len(sem.member.names), "rule": sem.member.RULE},
+            "names": None if sem.names is None else {"known": len(sem.names.known), "rule": "unbound-name"},
             "fuses": []}
