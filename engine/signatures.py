@@ -431,6 +431,7 @@ def _implementations(script, code: str, offset: int) -> tuple:
 @lru_cache(maxsize=64)
 def _source_tree(path: str):
     import ast
+    from pathlib import Path
 
     from .text import read_source
 
@@ -444,7 +445,8 @@ def _source_params(path: str, line: int) -> tuple[Param, ...] | None:
 
     try:
         tree = _source_tree(path)
-    except (OSError, SyntaxError, ValueError):
+    except Exception:  # unreadable or not Python: no implementation to consult
+        log.debug("could not read the implementation in %s", path, exc_info=True)
         return None
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == line:
