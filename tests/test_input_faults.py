@@ -155,12 +155,14 @@ def test_r9_cli_unconstrained_sampling_never_picks_a_padding_id(qwen_shaped, tmp
         assert item["tokens"] >= 1
 
 
+@pytest.mark.parametrize("decoder", ["auto", "transformers"])  # every backend: the own decoder and transformers
 @pytest.mark.parametrize("constraints", [False, True])
-def test_r9_sampled_ids_are_always_text_or_a_stop(qwen_shaped, constraints):
+def test_r9_sampled_ids_are_always_text_or_a_stop(qwen_shaped, constraints, decoder):
     from transformers import AutoTokenizer
 
     settings = Settings()
     settings.model.path = str(qwen_shaped)
+    settings.model.decoder = decoder
     engine = Engine(settings)
     engine.load()
     tok = AutoTokenizer.from_pretrained(qwen_shaped)
