@@ -179,6 +179,13 @@ def cmd_train(args) -> int:
     cfg.bf16 = args.bf16
     cfg.packages = [name for item in args.packages or [] for name in item.split(",") if name]
     cfg.extra_corpus = list(args.extra_corpus or [])
+    for item in args.source_share or []:
+        name, _, fraction = item.partition("=")
+        try:
+            cfg.source_shares[name] = float(fraction)
+        except ValueError:
+            print(f"--source-share {item!r}: expected NAME=FRACTION, e.g. stdlib=0.5", file=sys.stderr)
+            return 2
     train(cfg)
     return 0
 
@@ -322,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="add another directory of .py files to the corpus (repeatable)")
     sp.add_argument("--source-cap-chars", dest="source_cap_chars", type=int,
                     help="cap one source's sampling weight at this many characters (0: proportional to size)")
+    sp.add_argument("--source-share", dest="source_share", action="append", metavar="NAME=FRACTION",
+                    help="draw this fraction of the windows from one source (e.g. stdlib=0.5; repeatable)")
     sp.set_defaults(func=cmd_train)
 
     add_bench_parser(sub)

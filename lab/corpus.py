@@ -171,11 +171,18 @@ def load_sources(corpus_dir: str = "", packages: Sequence[str] = (), extra_corpu
     return sources
 
 
-def sampling_weights(sources: list[Source], cap_chars: int = 0) -> tuple[list[str], np.ndarray]:
-    """``(texts, weights)`` over every training text: a file's weight is its length in characters,
-    and with ``cap_chars > 0`` a source longer than ``cap_chars`` characters is scaled down to that
-    total (so one huge package does not drown the rest). Weights sum to 1."""
-    texts, weights = [], []
+def sampling_weights(sources: list[Source], cap_chars: int = 0,
+                     shares: dict[str, float] | None = None) -> tuple[list[str], np.ndarray]:
+    """``(texts, weights)`` over every training text, weights summing to 1.
+
+    A file's weight is its length in characters; with ``cap_chars > 0`` a source longer than
+    ``cap_chars`` characters is scaled down to that total (so one huge package does not drown the
+    rest). ``shares`` fixes the fraction of windows drawn from the named sources (e.g.
+    ``{"stdlib": 0.5}``); the other sources split the rest by their (capped) size. Raises
+    ``ValueError`` for a share naming no source with training files, or shares summing past 1.
+    """
+    shares = dict(shares or {})
+    texts, weights, names = [], [], []
     for src in sources:
         lengths = np.array([len(t) for t in src.train], dtype=np.float64)
         if not len(lengths):
@@ -184,6 +191,15 @@ def sampling_weights(sources: list[Source], cap_chars: int = 0) -> tuple[list[st
             lengths *= cap_chars / lengths.sum()
         texts.extend(src.train)
         weights.append(lengths)
+        names.append(src.name)
+    unknown = set(shares) - set(names)
+    if unknown or sum(shares.values()) > 1 + 1e-9 or any(v < 0 for v in shares.values()):
+        raise ValueError(f"source shares {shares} must name sources with training files ({', '.join(names)})"
+                         " and sum to at most 1")
+    rest = sum(w.sum() for w, name in zip(weights, names) if name not in shares)
+    free = 1.0 - sum(shares.values())
+    for k, (w, name) in enumerate(zip(weights, names)):
+        weights[k] = w / w.sum() * shares[name] if name in shares else (w / rest * free if rest else w * 0)
     w = np.concatenate(weights)
     return texts, w / w.sum()
 

@@ -76,6 +76,7 @@ class TrainConfig:
     packages: list = field(default_factory=list)  # import names of installed packages added to the corpus
     extra_corpus: list = field(default_factory=list)  # further directories of .py files added to the corpus
     source_cap_chars: int = 0  # cap on one source's share of the sampling weight, in characters (0: none)
+    source_shares: dict = field(default_factory=dict)  # fixed fraction of windows per source name
     extra: dict = field(default_factory=dict)
 
 
@@ -286,7 +287,7 @@ def train(cfg: TrainConfig) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     sources = load_sources(cfg.corpus_dir, cfg.packages, cfg.extra_corpus, cfg.holdout_percent)
-    train_texts, weights = sampling_weights(sources, cfg.source_cap_chars)
+    train_texts, weights = sampling_weights(sources, cfg.source_cap_chars, cfg.source_shares)
     for src in sources:
         print(f"corpus {src.name} ({src.root}): {len(src.train)} training files ({src.train_chars / 1e6:.1f} M chars),"
               f" {len(src.held)} held out, {src.duplicates} duplicates dropped", file=sys.stderr)

@@ -64,6 +64,13 @@ def test_sampling_weights_cap_one_source(tmp_path):
     texts, w = sampling_weights(sources, cap_chars=cap)
     n_main = len(sources[0].train)
     assert w[:n_main].sum() == pytest.approx(0.5) and w[n_main:].sum() == pytest.approx(0.5)
+    texts, w = sampling_weights(sources, shares={"main": 0.8})
+    assert w[:n_main].sum() == pytest.approx(0.8) and w[n_main:].sum() == pytest.approx(0.2)
+    assert np.allclose(w[:n_main] / w[:n_main].sum(), lengths[:n_main] / lengths[:n_main].sum())
+    with pytest.raises(ValueError, match="must name sources"):
+        sampling_weights(sources, shares={"nowhere": 0.5})
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        sampling_weights(sources, shares={"main": 0.7, "extra": 0.6})
 
 
 def test_bf16_warm_start_keeps_tokenizer_and_reports_losses_by_source(tmp_path):
