@@ -99,9 +99,11 @@ class Completion:
 
     ``text`` is inserted at the cursor, replacing the first ``replace_suffix`` code points of the
     suffix (an auto-closed ``)`` or quote the completion already contains). ``timings_ms`` holds
-    ``prompt``, ``prefill``, ``decode``, ``validate`` and ``total`` in milliseconds, and ``forward``:
-    the part of ``decode`` spent in the model's single-token steps (the rest is sampling and the
-    constraints). ``trace`` has one :class:`TraceStep` per decoded token, plus the step a fuse
+    the request's time per stage in milliseconds (:data:`engine.stages.STAGES`: ``fingerprint``,
+    ``lexing``, ``semantics``, ``prompt``, ``prefill``, ``context``, ``forward``, ``mask``,
+    ``monitors``, ``sampling``, ``validate``; they add up to ``total``), and ``decode``: the decode
+    loop (``forward``, the model's decode steps, plus ``mask``, ``monitors``, ``sampling`` and the
+    per-step context mixing). ``trace`` has one :class:`TraceStep` per decoded token, plus the step a fuse
     stopped at.
     """
 

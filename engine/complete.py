@@ -36,6 +36,7 @@ from .monitors.setup import RequiredArgumentTables, describe, monitors_at
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
 from .repetition import RepetitionMonitor, loop_cut, natural_cut
 from .settings import Settings
+from .stages import Stages
 from .step_mask import FirstTokenRule, StepMask, StepRules
 from .text import normalize_eol, scalar_text
 
@@ -78,7 +79,9 @@ class Decoding:
     ends: list[int] = field(default_factory=list)
     accepting: list[int] = field(default_factory=lambda: [0])
     stop: StopReason = StopReason.MAX_TOKENS
-    forward_s: float = 0.0  # time inside the model's decode steps
+    forward_s: float = 0.0  # time inside the model's decode steps (and draft verification), seconds
+    mask_s: float = 0.0  # composing and applying the step masks, seconds
+    monitors_s: float = 0.0  # semantic monitors (filter and advance) and the repetition monitor, seconds
     loops: RepetitionMonitor = field(default_factory=RepetitionMonitor)
     cut: int | None = None  # where the text ends when decoding stopped inside a loop or at the token budget
     logprobs: list = field(default_factory=list)  # log-probability of each accepted token (0-d tensors)
@@ -315,24 +318,32 @@ class Engine:
                 raise
 
     def _complete(self, req: CompletionRequest) -> Completion:
-        t0 = time.perf_counter()
-        plan = plan_request(req, self.settings)
+        clock = time.perf_counter
+        t0 = clock()
+        plan = plan_request(req, self.settings)  # the fingerprint is most of it
         result = Completion(text="", multiline=plan.multiline)
         if plan.fp is not None:
             result.fingerprint = plan.fp.as_dict()
-        start = self._start(req, plan, result)
+        ta = clock()
+        stages = Stages(fingerprint=ta - t0)
+        start = self._start(req, plan, result, stages)
+        t1 = clock()
+        stages.lexing = t1 - ta - stages.semantics  # the prefix lexer, FSM guide and first-token rule
         prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
-        t1 = time.perf_counter()
+        t2 = clock()
         logits, reused = self.kv.prefill(prompt.ids)
+        t3 = clock()
         history = self._context_start(req, prompt, result)  # the cache model's history (None: off)
         if history is not None:
             logits = self._mix_context(logits, history, result)
-        t2 = time.perf_counter()
+        t4 = clock()
+        mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
         dec = self._decode(req, plan, start, logits, result, history)
-        t3 = time.perf_counter()
-        text = finish(self._draft(dec, start), self._cursor(plan, start), result)
-        t4 = time.perf_counter()
+        t5 = clock()
+        cursor = self._cursor(plan, start)
+        t6 = clock()
+        text = finish(self._draft(dec, start), cursor, result)
         stop = dec.stop
         if not text.strip() and not result.replace_suffix:
             text = ""
@@ -343,23 +354,22 @@ class Engine:
             result.withheld, text, result.replace_suffix = text, "", 0  # the confidence gate
         result.text = text
         result.stop_reason = stop
-        result.timings_ms = {
-            "prompt": round((t1 - t0) * 1e3, 2),
-            "prefill": round((t2 - t1) * 1e3, 2),
-            "decode": round((t3 - t2) * 1e3, 2),
-            "forward": round(dec.forward_s * 1e3, 2),
-            "validate": round((t4 - t3) * 1e3, 2),
-            "total": round((t4 - t0) * 1e3, 2),
-        }
+        t7 = clock()
+        stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3
+        stages.lexing += t6 - t5
+        stages.decoded(dec, t5 - t4, (result.context.get("mix_ms", 0.0) - mixed) / 1e3 if history is not None else 0.0)
+        stages.validate = t7 - t6
+        result.timings_ms = stages.as_ms(total=t7 - t0)
         return result
 
     # -- before decoding ----------------------------------------------------------------------------
 
-    def _start(self, req: CompletionRequest, plan: Plan, result: Completion) -> Start:
+    def _start(self, req: CompletionRequest, plan: Plan, result: Completion, stages: Stages) -> Start:
         """The lexer, FSM guide, first-token rule and semantic monitors at the cursor.
 
         Token healing: BPE tokens carry their leading space (``" '__main__'"``), so a single space
-        typed before the cursor is handed back to the model, which must start with it."""
+        typed before the cursor is handed back to the model, which must start with it. Adds the
+        semantic monitors' setup time (jedi) to ``stages.semantics``."""
         s = self.settings
         start = Start()
         if plan.constrained or s.constraints.validate:
@@ -382,12 +392,14 @@ class Engine:
         start.first = self.masks.first_token_rule(start.heal, cursor_line, plan.multiline)
         if s.constraints.semantic:
             c = s.constraints
+            ts = time.perf_counter()
             sem = monitors_at(prefix[: len(prefix) - len(start.heal)], plan.suffix, req.path, state,
                               self._required_arguments.for_path(c.required_arguments, req.path),
                               member_access=c.member_access, domain_vocabulary=c.domain_vocabulary)
             start.sem_start = (state.copy(), sem.copy())
             result.semantics = describe(sem)
             start.sem = sem if sem.active else None
+            stages.semantics += time.perf_counter() - ts
         return start
 
     # -- project context ----------------------------------------------------------------------------
@@ -478,7 +490,9 @@ class Engine:
                 dec.stop = StopReason.FSM
                 break
             dec.logprobs.append(self._logprob(choice.logits if choice.logits is not None else raw, choice.tok))
+            tm = time.perf_counter()
             run = dec.loops.feed(dec.text)
+            dec.monitors_s += time.perf_counter() - tm
             if run is not None:  # the repetition monitor: a loop ends the completion after its first copy
                 dec.stop, dec.cut = StopReason.LOOP, loop_cut(dec.text, run)
                 break
@@ -535,9 +549,12 @@ class Engine:
             raw, guide, rules, start.first, banned=dec.banned.get(n), tail=plan.prefix[-64:] + dec.text,
             boost=s.constraints.domain_boost, bias=dec.bias_next, bias_amount=s.constraints.fuse_bias)
         dec.bias_next = None
+        dec.mask_s += step.mask_us / 1e6
         refused: list[int] = []
         if dec.sem is not None and dec.sem.active:
+            tm = time.perf_counter()
             logits, refused = self.monitor_filter.filter(logits, guide.state, dec.sem, plan.temperature)
+            dec.monitors_s += time.perf_counter() - tm
             step.refused = len(refused)
         choice = choose_token(logits, raw, plan.temperature, plan.top_p, generator)
         if choice.best and choice.mass < s.constraints.fuse_threshold and choice.tok != choice.top:
@@ -583,8 +600,11 @@ class Engine:
         tokens = self.index.vocab.tokens
         piece = tokens[tok] if tok < len(tokens) and tokens[tok] is not None else b""
         if dec.sem is not None:
+            tm = time.perf_counter()
             before = dec.sem.copy()
-            if dec.sem.advance(start.guide.state, piece) is not None:
+            refused = dec.sem.advance(start.guide.state, piece) is not None
+            dec.monitors_s += time.perf_counter() - tm
+            if refused:
                 return False
             dec.sem_history.append(before)
         if start.guide is not None and not start.guide.advance(tok):

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.stages import STAGES
+
 from . import bench_context
 from .bench_slots import add_slot_fields, report_lines, ruff_version, sample_slot_tasks, slot_files, summarize_slots
 from .tasks import ALL_KINDS, Task, parse_kinds, sample_tasks
@@ -86,6 +88,7 @@ def summarize(rows: list[dict]) -> dict:
             "warm_decoded_latency_ms_p50": _pct([r["warm_ms"] for r in warm if not r.get("warm_typed_through")], 50),
             # usefulness (lab/usefulness.py): shown, useful, garbage, new undefined names (pyflakes)
             **summarize_usefulness(sub),
+            **summarize_stages(sub),
         }
 
     out = block(rows)
@@ -97,6 +100,17 @@ def summarize(rows: list[dict]) -> dict:
         for key in ("slot_violations", "slot_violations_original", "unknown_keywords", "unknown_keywords_original"):
             out[key] = slots[key]
     return out
+
+
+def summarize_stages(rows: list[dict]) -> dict:
+    """Where the engine's time went (:mod:`engine.stages`): ``stages_ms``, the sum over ``rows``
+    per stage (ms); ``stages_share``, each stage's share of the summed engine time; and
+    ``model_share``, the share spent in the model (prefill + forward)."""
+    sums = {k: round(sum(r.get("stages_ms", {}).get(k, 0.0) for r in rows), 2) for k in STAGES}
+    total = sum(r.get("latency_ms", 0.0) for r in rows)
+    share = {k: round(v / total, 4) if total else 0.0 for k, v in sums.items()}
+    return {"stages_ms": sums, "stages_share": share,
+            "model_share": round((sums["prefill"] + sums["forward"]) / total, 4) if total else 0.0}
 
 
 def _request(task: Task, **kw):
@@ -133,6 +147,7 @@ def completion_row(task: Task, res) -> dict:
         "decode_ms": res.timings_ms.get("decode", 0.0),
         "forward_ms": res.timings_ms.get("forward", 0.0),
         "latency_ms": res.timings_ms.get("total", 0.0),
+        "stages_ms": {k: res.timings_ms[k] for k in STAGES if k in res.timings_ms},
         "text": res.text,
         "target": task.target,
     }
@@ -205,13 +220,51 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
         lines += ["", "Confidence gate (constrained): shown rate and useful precision per threshold "
                   "(geometric mean of the token probabilities):", "", "| threshold | shown | precision |", "|---|---|---|"]
         lines += [f"| {g['threshold']} | {g['shown']} | {g['precision']} |" for g in report["gate_curve"]]
+    lines += stage_lines(report)
     lines += report_lines(report)
     lines += bench_context.report_lines(report)
-    lines += ["", "![latency](latency.png)", "", "![validity](validity.png)", "", "![usefulness](usefulness.png)", ""]
+    lines += ["", "![latency](latency.png)", "", "![stages](stages.png)", "", "![validity](validity.png)", "", "![usefulness](usefulness.png)", ""]
     if report.get("gate_curve"):
         lines += ["![gate](gate.png)", ""]
     (out / "report.md").write_text("\n".join(lines))
     _plots(report, rows, out)
+
+
+def stage_lines(report: dict) -> list[str]:
+    """report.md: the engine time per stage and kind (mean ms per task; constrained / unconstrained)."""
+    c, u = report["constrained"], report["unconstrained"]
+    kinds = [("all", c, u)] + [(k, c["by_kind"][k], u["by_kind"][k]) for k in c["by_kind"]]
+    lines = ["", "Where the engine's time goes (mean ms per task, constrained / unconstrained; engine/stages.py):", "",
+             "| kind | " + " | ".join(STAGES) + " | model share |", "|---" * (len(STAGES) + 2) + "|"]
+    for k, ck, uk in kinds:
+        cells = [f"{ck['stages_ms'][s] / max(1, ck['n']):.1f} / {uk['stages_ms'][s] / max(1, uk['n']):.1f}"
+                 for s in STAGES]
+        lines.append(f"| {k} | " + " | ".join(cells) + f" | {ck['model_share']} / {uk['model_share']} |")
+    return lines
+
+
+def _stage_plot(report: dict, out: Path, plt) -> None:
+    """stages.png: one stacked bar per kind and mode, mean ms per task split by stage."""
+    kinds = list(report["constrained"]["by_kind"])
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(kinds) + 3), 4.5))
+    width = 0.38
+    x = np.arange(len(kinds))
+    colors = plt.get_cmap("tab20").colors
+    for j, mode in enumerate(("constrained", "unconstrained")):
+        bottom = np.zeros(len(kinds))
+        for i, stage in enumerate(STAGES):
+            vals = np.array([report[mode]["by_kind"][k]["stages_ms"][stage] / max(1, report[mode]["by_kind"][k]["n"])
+                             for k in kinds])
+            ax.bar(x + (j - 0.5) * width, vals, width, bottom=bottom, color=colors[i % len(colors)],
+                   label=stage if j == 0 else None, hatch="" if j == 0 else "//", edgecolor="white", linewidth=0.3)
+            bottom += vals
+    ax.set_xticks(x, [f"{k}\n(c | u)" for k in kinds])
+    ax.set_ylabel("ms per task (engine)")
+    ax.set_title("Where the time goes, per kind (left: constrained, right: unconstrained)")
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(out / "stages.png", dpi=110)
+    plt.close(fig)
 
 
 def _plots(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
@@ -230,6 +283,7 @@ def _plots(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "latency.png", dpi=110)
     plt.close(fig)
+    _stage_plot(report, out, plt)
 
     kinds = list(report["constrained"]["by_kind"])
     fig, axes = plt.subplots(1, 2, figsize=(9, 4))

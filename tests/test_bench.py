@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import Completion
+from engine.stages import STAGES
 from fsm_complete.cli import add_bench_parser
 from lab.bench import completion_row, sample_all, summarize, write_report
 from lab.bench_slots import (
@@ -200,7 +201,7 @@ def test_default_kinds_drop_slots_when_the_corpus_has_no_call(tmp_path):
 REPORT_KEYS = {"syntax_valid", "exact_match", "edit_similarity", "empty", "fuses", "mask_us_p50", "mask_us_p95",
                "tokens_per_s", "latency_ms_p50", "latency_ms_p95", "warm_latency_ms_p50", "peak_rss_mb", "by_kind",
                "lsp_latency_ms_p50", "lsp_latency_ms_p95", "lsp_warm_latency_ms_p50", "warm_typed_through",
-               "shown", "useful", "garbage", "undefined_names"}
+               "shown", "useful", "garbage", "undefined_names", "stages_ms", "stages_share", "model_share"}
 
 
 def test_bench_command_writes_every_report_key(tmp_path):
@@ -228,6 +229,15 @@ def test_bench_command_writes_every_report_key(tmp_path):
     assert (out / "latency.png").stat().st_size > 0 and (out / "validity.png").stat().st_size > 0
     assert (out / "usefulness.png").stat().st_size > 0
     assert "Usefulness" in (out / "report.md").read_text()
+    # where the time goes: every stage, per kind; the stages add up to the engine's latency
+    c = report["constrained"]
+    assert set(c["stages_ms"]) == set(STAGES) and c["stages_ms"]["forward"] > 0 and c["stages_ms"]["mask"] > 0
+    assert report["unconstrained"]["stages_ms"]["mask"] == 0
+    rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
+    total = sum(r["latency_ms"] for r in rows if r["mode"] == "constrained")
+    assert abs(sum(c["stages_ms"].values()) - total) <= 0.03 * total + 1
+    assert 0 < c["model_share"] < 1 and set(c["by_kind"]["line"]["stages_ms"]) == set(STAGES)
+    assert (out / "stages.png").stat().st_size > 0 and "Where the engine's time goes" in (out / "report.md").read_text()
 
 
 def test_workspace_tasks_come_from_packages_and_report_the_context_gain(tmp_path):

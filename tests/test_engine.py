@@ -10,6 +10,7 @@ import pytest
 from engine.api import CompletionRequest
 from engine.complete import wants_multiline
 from engine.finish import multiline_cut, strip_suffix_overlap, validated
+from engine.stages import STAGES
 from engine.text import dominant_eol
 from engine.validate import count_syntax_errors
 
@@ -62,8 +63,13 @@ def test_multiline_after_block_opener(engine):
 
 def test_trace_and_timings(engine):
     result = engine.complete(CompletionRequest(prefix="import os\nos.path.", suffix="\n", max_tokens=6))
-    assert set(result.timings_ms) == {"prompt", "prefill", "decode", "forward", "validate", "total"}
-    assert 0 < result.timings_ms["forward"] <= result.timings_ms["decode"]  # forward passes are part of decode
+    t = result.timings_ms
+    assert set(t) == {*STAGES, "decode", "total"}
+    assert 0 < t["forward"] <= t["decode"]  # forward passes are part of decode
+    assert t["semantics"] > 0 and t["fingerprint"] > 0 and t["mask"] > 0  # a constrained request after `os.path.`
+    # the stages split the whole request (up to rounding and the clock reads between them)
+    assert abs(sum(t[k] for k in STAGES) - t["total"]) <= 0.02 * t["total"] + 0.2
+    assert abs(t["forward"] + t["mask"] + t["monitors"] + t["sampling"] - t["decode"]) <= 0.05 + 0.01 * t["decode"]
     assert len(result.trace) == result.tokens <= 6
     assert all(step.mask_us is not None and step.id is not None for step in result.trace)
 
