@@ -69,7 +69,8 @@ def test_trace_and_timings(engine):
     assert t["semantics"] > 0 and t["fingerprint"] > 0 and t["mask"] > 0  # a constrained request after `os.path.`
     # the stages split the whole request (up to rounding and the clock reads between them)
     assert abs(sum(t[k] for k in STAGES) - t["total"]) <= 0.02 * t["total"] + 0.2
-    assert abs(t["forward"] + t["mask"] + t["monitors"] + t["sampling"] - t["decode"]) <= 0.05 + 0.01 * t["decode"]
+    # decode: the model's steps, masks, monitors, sampling and the per-step context mixing (counted in ``context``)
+    assert t["forward"] + t["mask"] + t["monitors"] + t["sampling"] <= t["decode"] + 0.05
     assert len(result.trace) == result.tokens <= 6
     assert all(step.mask_us is not None and step.id is not None for step in result.trace)
 
