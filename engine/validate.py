@@ -145,7 +145,7 @@ class _RegionLexer:
     cannot be lexed it answers yes (the column-0 heuristic alone)."""
 
     def __init__(self, head: str):
-        from .pylex import Lex
+        from .lexing.automaton import Lex
 
         self.state = Lex(None)
         self.state.indents = None  # lenient: only strings and brackets matter here
@@ -154,7 +154,7 @@ class _RegionLexer:
         self._feed(head)
 
     def _feed(self, text: str) -> None:
-        from .pylex import Complex, Reject
+        from .lexing.automaton import Complex, Reject
 
         if self.broken:
             return
@@ -164,7 +164,7 @@ class _RegionLexer:
             self.broken = True
 
     def outside(self, suffix: str, pos: int) -> bool:
-        from .pylex import CODE
+        from .lexing.automaton import CODE
 
         self._feed(suffix[self.done:pos])
         self.done = pos
