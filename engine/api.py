@@ -40,6 +40,7 @@ class StopReason(StrEnum):
     FSM = "fsm"  # the lexer or a monitor refused every way on (no backtrack left)
     FUSE = "fuse"  # the model wanted what the constraints forbid; stopped at the last valid point
     EMPTY = "empty"  # the budget ran out and nothing usable was left (the text is empty)
+    NOT_CODE = "not-code"  # a "." typed in a comment or string triggered the request: no code completion
 
 
 @dataclass
@@ -90,6 +91,8 @@ class CompletionRequest:
     path: str | None = None  # the document's file path (static resolution, pyproject.toml policy); None: unsaved
     cancel: threading.Event | None = None  # set() stops decoding at the next token
     on_token: Callable[[str], None] | None = None  # streaming: called with each new text piece
+    single_line: bool = False  # the editor shows one line only (an LSP CompletionItem): one line, never wrapped
+    trigger_character: str | None = None  # what the user typed to trigger the request (LSP triggerCharacter)
     project: ProjectContext | None = None  # other documents' texts (the cache model's outer scopes); None: none
 
 
@@ -97,8 +100,12 @@ class CompletionRequest:
 class Completion:
     """Result of :meth:`engine.complete.Engine.complete`.
 
-    ``text`` is inserted at the cursor, replacing the first ``replace_suffix`` code points of the
-    suffix (an auto-closed ``)`` or quote the completion already contains). ``timings_ms`` holds
+    This is the completion's final shape, the same for the editor, ``complete`` and ``explain``:
+    ``text`` (in the document's dominant line ending) is inserted at the cursor, replacing the
+    first ``replace_suffix`` code points of the request's ``suffix`` (auto-closed characters the
+    completion typed itself; never past the cursor's line, and only when the resulting document is
+    the one validated). In a comment or string (``cursor_context``) the text stays inside it; for a
+    ``single_line`` request it is one line. ``timings_ms`` holds
     the request's time per stage in milliseconds (:data:`engine.stages.STAGES`: ``fingerprint``,
     ``lexing``, ``semantics``, ``prompt``, ``prefill``, ``context``, ``forward``, ``mask``,
     ``monitors``, ``sampling``, ``validate``; they add up to ``total``), and ``decode``: the decode
@@ -110,6 +117,7 @@ class Completion:
     text: str
     replace_suffix: int = 0
     multiline: bool = False
+    cursor_context: str = "code"  # where the cursor is: "code" | "comment" | "string" (engine.lexing.cursor_context)
     cancelled: bool = False
     stop_reason: StopReason | None = None  # None: not decoded here
     tokens: int = 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from . import lexing
 from .api import Completion, CompletionRequest, StopReason, TraceStep
 from .errors import ModelError
-from .finish import Cursor, Draft, finish, leading_break, multiline_cut
+from .finish import Cursor, Draft, finish, for_editor, leading_break, multiline_cut
 from .fsm import (
     MaskMemo,
     PythonGuide,
@@ -38,7 +38,7 @@ from .repetition import RepetitionMonitor, loop_cut, natural_cut
 from .settings import Settings
 from .stages import Stages
 from .step_mask import FirstTokenRule, StepMask, StepRules
-from .text import normalize_eol, scalar_text
+from .text import normalize_eol, original_length, scalar_text
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,10 @@ class Engine:
         clock = time.perf_counter
         t0 = clock()
         plan = plan_request(req, self.settings)  # the fingerprint is most of it
-        result = Completion(text="", multiline=plan.multiline)
+        result = Completion(text="", multiline=plan.multiline, cursor_context=plan.context.kind)
+        if req.trigger_character is not None and not plan.in_code:
+            result.stop_reason = StopReason.NOT_CODE  # "." typed in a comment or string: no code to complete
+            return result
         if plan.fp is not None:
             result.fingerprint = plan.fp.as_dict()
         ta = clock()
@@ -344,6 +347,9 @@ class Engine:
         cursor = self._cursor(plan, start)
         t6 = clock()
         text = finish(self._draft(dec, start), cursor, result)
+        shaped = for_editor(text, plan.context, plan.line_suffix, plan.single_line)
+        if shaped != text:
+            text, result.replace_suffix = shaped, 0
         stop = dec.stop
         if not text.strip() and not result.replace_suffix:
             text = ""
@@ -353,6 +359,7 @@ class Engine:
         if text and result.confidence is not None and result.confidence < self.settings.generation.min_confidence:
             result.withheld, text, result.replace_suffix = text, "", 0  # the confidence gate
         result.text = text
+        result.replace_suffix = original_length(req.suffix, result.replace_suffix)  # in the request's code points
         result.stop_reason = stop
         t7 = clock()
         stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3

@@ -15,6 +15,9 @@
 4. **line finishing**: a single-line completion may have its line finished (brackets, a string, a
    block opener's ``:``) at the longest valid point (:func:`engine.validate.finish_line`).
 
+:func:`for_editor` then gives it the shape every front end shows: inside a comment or string it
+stays there (:func:`engine.lexing.clip_to_context`), for a single-line editor it is one line.
+
 Texts are ``\\n``-normalised; offsets are code points.
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import lexing
 from .api import Completion
 from .lexing import automaton as pylex
 from .monitors.base import PROSE_MODES
@@ -281,3 +285,14 @@ def closing(start, heal: str, pieces: list[str], result: Completion, accept) -> 
         result.semantics["final"] = [c.describe() for c in sem.calls]  # the slot state as inserted
         return k, quote + fix
     return len(pieces), ""
+
+
+# -- the editor's shape -------------------------------------------------------------------------------
+
+def for_editor(text: str, context: lexing.Context, line_suffix: str, single_line: bool) -> str:
+    """The one clip rule of every front end (editor, ``complete``, ``explain``): in a comment or
+    string ``text`` ends where that comment or string would (:func:`engine.lexing.clip_to_context`;
+    ``line_suffix``: the cursor's line after the cursor), and a ``single_line`` request gets the
+    first line only. A clipped text replaces nothing after the cursor (only the validated text may)."""
+    text = lexing.clip_to_context(text, context, line_suffix)
+    return text.split("\n", 1)[0] if single_line else text

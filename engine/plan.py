@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import lexing
 from .api import CompletionRequest
 from .settings import Settings
 from .text import dominant_eol, normalize_eol
@@ -35,7 +36,9 @@ class Plan:
     """What one request asks for, decided before decoding: the ``\\n``-normalised ``prefix`` and
     ``suffix``, the document's line ending ``eol``, the fingerprint ``fp`` (constrained runs), the
     shape (``multiline``; ``wrap_ok``: a single-line completion may start on the next line, as
-    an argument list may) and the sampling settings."""
+    an argument list may; ``single_line``: the editor shows one line only), the lexical ``context``
+    at the cursor (code, comment or string; :func:`engine.lexing.cursor_context`) and the sampling
+    settings."""
 
     prefix: str
     suffix: str
@@ -47,7 +50,18 @@ class Plan:
     temperature: float
     top_p: float
     seed: int
+    context: lexing.Context
+    single_line: bool = False
     fp: object = None
+
+    @property
+    def in_code(self) -> bool:
+        return self.context.kind == lexing.CODE
+
+    @property
+    def line_suffix(self) -> str:
+        """The cursor's line after the cursor."""
+        return self.suffix.split("\n", 1)[0]
 
     @property
     def cursor_line(self) -> str:
@@ -66,7 +80,12 @@ def plan_request(req: CompletionRequest, s: Settings) -> Plan:
 
         fp = fingerprint(prefix, suffix, req.path)
     mode_policy = fp.policy if fp is not None else None
-    if req.multiline is not None:
+    context = lexing.cursor_context(prefix)
+    if req.single_line:
+        multiline = False
+    elif req.multiline is None and context.kind != lexing.CODE:
+        multiline = False  # in a comment or string: the rest of its line
+    elif req.multiline is not None:
         multiline = req.multiline
     elif mode_policy is not None and mode_policy.multiline in ("never", "always") \
             and s.generation.multiline == "auto":
@@ -78,6 +97,7 @@ def plan_request(req: CompletionRequest, s: Settings) -> Plan:
         s.generation.max_tokens_multiline if multiline else s.generation.max_tokens)
     return Plan(
         prefix=prefix, suffix=suffix, eol=dominant_eol(req.prefix + req.suffix), constrained=constrained,
-        multiline=multiline, wrap_ok=fp is not None and fp.mode == "call-arguments", max_tokens=max_tokens,
+        multiline=multiline, wrap_ok=not req.single_line and fp is not None and fp.mode == "call-arguments",
+        max_tokens=max_tokens, context=context, single_line=req.single_line,
         temperature=s.generation.temperature if req.temperature is None else req.temperature,
         top_p=s.generation.top_p if req.top_p is None else req.top_p, seed=req.seed or s.generation.seed, fp=fp)

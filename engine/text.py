@@ -74,6 +74,17 @@ def normalize_eol(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def original_length(original: str, normalised_count: int) -> int:
+    """Code points of ``original`` covered by its first ``normalised_count`` code points after
+    :func:`normalize_eol`: ``original_length("\\r\\nab", 2) == 3`` (the ``\\r\\n`` is one ``\\n``)."""
+    i = 0
+    for _ in range(normalised_count):
+        if i >= len(original):
+            break
+        i += 2 if original.startswith("\r\n", i) else 1
+    return i
+
+
 def common_prefix(a: str | bytes, b: str | bytes) -> int:
     """Length of the longest common prefix: binary search, each probe one C-level comparison of
     the slice not yet known to match (a text that extends the other costs one comparison)."""

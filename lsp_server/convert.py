@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from lsprotocol import types
 
-from engine.api import CompletionRequest
-from engine.text import dominant_eol, normalize_eol
+from engine.api import Completion, CompletionRequest
+from engine.text import normalize_eol
 
 UTF8 = types.PositionEncodingKind.Utf8.value
 UTF16 = types.PositionEncodingKind.Utf16.value
@@ -170,28 +170,9 @@ def to_engine_span(
 # --------------------------------------------------------------------------- line endings
 
 
-# one definition of line breaks, shared with the engine
-dominant_line_ending = dominant_eol
+# one definition of line breaks, shared with the engine (the engine normalises and restores them;
+# the server only logs normalised text)
 normalise_line_endings = normalize_eol
-
-
-def with_line_ending(text: str, eol: str) -> str:
-    """``text`` with every line break (whatever it was) written as ``eol``."""
-    text = normalise_line_endings(text)
-    return text if eol == "\n" else text.replace("\n", eol)
-
-
-def original_length(original: str, normalised_count: int) -> int:
-    """Code points of ``original`` covered by its first ``normalised_count`` normalised code points.
-
-    ``original_length("\\r\\nab", 2) == 3``: the ``\\r\\n`` is one ``\\n`` after normalisation.
-    """
-    i = 0
-    for _ in range(normalised_count):
-        if i >= len(original):
-            break
-        i += 2 if original.startswith("\r\n", i) else 1
-    return i
 
 
 # --------------------------------------------------------------------------- engine requests
@@ -232,15 +213,12 @@ def cursor_at(
 def to_engine_request(cursor: Cursor, **options) -> CompletionRequest:
     """The engine request for a completion at ``cursor``.
 
-    Prefix and suffix are the whole document before/after the cursor with line breaks normalised
-    to ``\\n`` (so no ``\\r`` sits next to the cursor in the prompt); ``options`` are passed to
-    :class:`~engine.api.CompletionRequest` (``multiline``, ``cancel``, ...).
+    Prefix and suffix are the whole document before/after the cursor as it is (the engine
+    normalises line breaks for the prompt and answers in the document's line ending); ``options``
+    are passed to :class:`~engine.api.CompletionRequest` (``single_line``, ``trigger_character``,
+    ``cancel``, ...).
     """
-    return CompletionRequest(
-        prefix=normalise_line_endings(cursor.text[: cursor.offset]),
-        suffix=normalise_line_endings(cursor.text[cursor.offset :]),
-        **options,
-    )
+    return CompletionRequest(prefix=cursor.text[: cursor.offset], suffix=cursor.text[cursor.offset :], **options)
 
 
 def document_path(uri: str) -> str | None:
@@ -256,20 +234,6 @@ def document_path(uri: str) -> str | None:
         return None
 
 
-def suffix_overlap(text: str, line_suffix: str) -> int:
-    """Length of the longest start of ``line_suffix`` that ``text`` ends with.
-
-    Inserting ``text`` and deleting that many code points after the cursor never duplicates the
-    text after the cursor: ``suffix_overlap("equal", 'qual"') == 4``,
-    ``suffix_overlap("[1, 2])", ")") == 1``. Whitespace-only overlaps do not count.
-    """
-    for k in range(min(len(text), len(line_suffix)), 0, -1):
-        piece = line_suffix[:k]
-        if text.endswith(piece) and piece.strip():
-            return k
-    return 0
-
-
 @dataclass(frozen=True)
 class Edit:
     """A completion as a document edit: replace ``[start, end)`` (code points) with ``new_text``."""
@@ -282,25 +246,19 @@ class Edit:
         return text[: self.start] + self.new_text + text[self.end :]
 
 
-def completion_edit(cursor: Cursor, text: str, replace_suffix: int = 0) -> Edit | None:
-    """The document edit for completion ``text`` at ``cursor``; None when it inserts nothing.
+def completion_edit(cursor: Cursor, completion: Completion) -> Edit | None:
+    """The document edit of the engine's ``completion`` at ``cursor``; None when it inserts nothing.
 
-    - ``text`` is written with the document's line ending (the engine's ``"\\n"`` becomes
-      ``"\\r\\n"`` in a CRLF document);
-    - ``replace_suffix`` (code points of the normalised suffix the engine saw, see
-      :func:`to_engine_request`) is mapped back to the document and widened to
-      :func:`suffix_overlap`, so the text after the cursor is never duplicated;
-    - the replaced span never crosses the end of the cursor's line (LSP 3.18: an inline
-      completion's range must begin and end on the same line).
+    A translation only: the engine decided the text (line endings included) and how many code
+    points after the cursor it replaces (``replace_suffix``: auto-closed characters the completion
+    typed itself, and only when the resulting document is the one it validated). The replaced span
+    never crosses the end of the cursor's line (LSP 3.18: an inline completion's range begins and
+    ends on one line).
     """
-    new_text = with_line_ending(text, dominant_line_ending(cursor.text))
-    if not new_text:
+    if not completion.text:
         return None
-    replace = original_length(cursor.text[cursor.offset :], max(0, replace_suffix))
-    line_suffix = cursor.line_suffix
-    replace = max(replace, suffix_overlap(normalise_line_endings(new_text), line_suffix))
-    replace = min(replace, len(line_suffix))
-    return Edit(cursor.offset, cursor.offset + replace, new_text)
+    replace = min(max(0, completion.replace_suffix), len(cursor.line_suffix))
+    return Edit(cursor.offset, cursor.offset + replace, completion.text)
 
 
 # --------------------------------------------------------------------------- LSP items

@@ -9,12 +9,13 @@ registers every entry of :data:`HANDLERS`. Custom requests: :data:`DOCUMENT_TEXT
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from engine import lexing
+from engine.api import StopReason
 from lsp_server import convert
 
 if TYPE_CHECKING:
@@ -90,7 +91,8 @@ async def inline_completion(
     if doc is None:
         return None
     cursor = doc.cursor(params.position, ls.position_encoding)
-    edit = await ls.host.complete(doc, cursor)
+    completion = await ls.host.complete(doc, cursor)
+    edit = convert.completion_edit(cursor, completion) if completion is not None else None
     if edit is None:
         return types.InlineCompletionList(items=[])
     return types.InlineCompletionList(items=[convert.lsp_inline_item(cursor, edit)])
@@ -104,11 +106,11 @@ async def completion(
     if doc is None:
         return None
     cursor = doc.cursor(params.position, ls.position_encoding)
-    context = lexing.cursor_context(cursor.text[: cursor.offset])
     trigger = params.context.trigger_character if params.context is not None else None
-    if trigger == "." and context.kind != lexing.CODE:
-        return types.CompletionList(is_incomplete=False, items=[])
-    edit = await ls.host.complete(doc, cursor, single_line=True, context=context)
+    completion = await ls.host.complete(doc, cursor, single_line=True, trigger_character=trigger)
+    if completion is not None and completion.stop_reason == StopReason.NOT_CODE:
+        return types.CompletionList(is_incomplete=False, items=[])  # "." typed in a comment or string
+    edit = convert.completion_edit(cursor, completion) if completion is not None else None
     items = [convert.lsp_completion_item(cursor, edit)] if edit is not None else []
     return types.CompletionList(is_incomplete=True, items=items)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
 
-from engine import lexing
+from engine.api import Completion
 from engine.settings import Settings
 from lsp_server import convert
 from lsp_server.document import Document
@@ -45,8 +45,9 @@ class EngineRequestRecord:
     """What the engine last saw for a document and, once decoding ended, how it ended.
 
     The wire form (:meth:`to_wire`, the answer of ``fsmComplete/lastEngineRequest``) has camelCase
-    keys: ``id``, ``version``, ``offset`` (code points, 0-based), ``context``, ``multiline``,
-    ``prefixTail``/``suffixHead`` (64 code points each side of the cursor), then ``tokens``,
+    keys: ``id``, ``version``, ``offset`` (code points, 0-based), ``prefixTail``/``suffixHead`` (64
+    code points each side of the cursor, line breaks normalised), then ``context``, ``multiline``
+    (as the engine decided them), ``tokens``,
     ``stopReason``, ``cancelled`` once decoding ended, and ``fuses``, ``promptTokens`` (the prompt's
     length in tokens after truncation to the model window), ``reusedTokens`` (how many of them the
     KV cache already held), ``latencyMs``, ``mode``, ``projectContext`` (the cache model's token ids
@@ -79,8 +80,11 @@ class EngineRequestRecord:
         self.tokens, self.stop_reason, self.cancelled = 0, stop_reason, cancelled
 
     def completed(self, completion, cancelled: bool) -> None:
-        """Decoding ended with ``completion`` (an :class:`engine.api.Completion`)."""
+        """Decoding ended with ``completion`` (an :class:`engine.api.Completion`); the cursor's
+        context and the line/block decision are the engine's."""
         self.tokens, self.stop_reason, self.cancelled = completion.tokens, completion.stop_reason, cancelled
+        if not self.explain:
+            self.context, self.multiline = completion.cursor_context, completion.multiline
         self.fuses = completion.fuses
         self.prompt_tokens, self.reused_tokens = completion.prompt_tokens, completion.reused_tokens
         self.latency_ms = completion.timings_ms.get("total", 0.0)
@@ -271,9 +275,12 @@ class EngineHost:
         cursor: convert.Cursor,
         *,
         single_line: bool = False,
-        context: lexing.Context | None = None,
-    ) -> convert.Edit | None:
-        """The completion at ``cursor`` as a document edit; None when there is none to offer.
+        trigger_character: str | None = None,
+    ) -> Completion | None:
+        """The engine's completion at ``cursor`` in its final shape: the engine decides the clip,
+        the overlap with the text after the cursor and the line endings; handlers only translate
+        it (:func:`convert.completion_edit`). ``single_line``: the client shows one line only;
+        ``trigger_character``: what the user typed to trigger the request.
 
         Waits for the model to load; None when it failed, when the request is cancelled (the
         engine stops at the next token), or when ``doc`` changed while decoding (the result was
@@ -288,15 +295,14 @@ class EngineHost:
             engine = self.engine
             if engine is None:
                 return None
-            context = context or lexing.cursor_context(cursor.text[: cursor.offset])
-            prose = context.kind != lexing.CODE
             request = convert.to_engine_request(
-                cursor, multiline=False if single_line or prose else None, cancel=cancel,
+                cursor, single_line=single_line, trigger_character=trigger_character, cancel=cancel,
                 path=convert.document_path(doc.uri), project=self._server.project.context(self._server.documents),
             )
-            record = EngineRequestRecord(id=msg_id, version=version, offset=cursor.offset, context=context.kind,
-                                         multiline=request.multiline, prefix_tail=request.prefix[-64:],
-                                         suffix_head=request.suffix[:64])
+            # what the engine's prompt sees around the cursor (line breaks normalised)
+            record = EngineRequestRecord(id=msg_id, version=version, offset=cursor.offset,
+                                         prefix_tail=convert.normalise_line_endings(request.prefix[-65:])[-64:],
+                                         suffix_head=convert.normalise_line_endings(request.suffix[:65])[:64])
             self.requests[doc.uri] = record
             logger.debug("engine request %s %s", doc.uri, json.dumps(record.to_wire()))
             completion = await self._decode(engine, request, record)
@@ -305,12 +311,7 @@ class EngineHost:
             if self._server.documents.get(doc.uri) is not doc or doc.version != version:
                 logger.debug("request %r: %s changed while decoding; result dropped", msg_id, doc.uri)
                 return None
-            full = convert.normalise_line_endings(completion.text)
-            text = lexing.clip_to_context(full, context, cursor.line_suffix)
-            if single_line:
-                text = text.split("\n", 1)[0]
-            replace = completion.replace_suffix if text == full else 0
-            return convert.completion_edit(cursor, text, replace)
+            return completion
         finally:
             self._cancel_events.pop(msg_id, None)
 

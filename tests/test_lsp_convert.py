@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from lsprotocol.types import InlineCompletionItem, Position, Range
 
+from engine.api import Completion
+from engine.text import dominant_eol, original_length
 from lsp_server import convert
 from lsp_server.convert import UTF8, UTF16, UTF32
 
@@ -139,21 +141,7 @@ def test_choose_position_encoding(offered, chosen):
     ],
 )
 def test_dominant_line_ending(text, eol):
-    assert convert.dominant_line_ending(text) == eol
-
-
-@pytest.mark.parametrize(
-    "text, eol, out",
-    [
-        ("a\nb", "\r\n", "a\r\nb"),
-        ("a\r\nb", "\r\n", "a\r\nb"),  # never \r\r\n
-        ("a\rb\n", "\r\n", "a\r\nb\r\n"),
-        ("a\r\nb", "\n", "a\nb"),
-        ("a\nb", "\r", "a\rb"),
-    ],
-)
-def test_with_line_ending(text, eol, out):
-    assert convert.with_line_ending(text, eol) == out
+    assert dominant_eol(text) == eol
 
 
 @pytest.mark.parametrize(
@@ -161,86 +149,73 @@ def test_with_line_ending(text, eol, out):
     [("\r\nab", 2, 3), ("ab", 5, 2), ("a\rb", 2, 2), ("", 3, 0), ("\r\n\r\n", 2, 4)],
 )
 def test_original_length(original, count, length):
-    assert convert.original_length(original, count) == length
+    assert original_length(original, count) == length
 
 
 def _cursor(text: str, position: Position, encoding: str = UTF16) -> convert.Cursor:
     return convert.cursor_at(text, position, encoding)
 
 
-def test_engine_request_normalises_line_breaks_next_to_the_cursor():
+def test_engine_request_carries_the_document_as_it_is():
+    # the engine normalises line breaks for its prompt and answers in the document's line ending
     text = "import os\r\ndef f():\r\n    return os.pa\r\n"
-    request = convert.to_engine_request(_cursor(text, P(2, 16)))
-    assert request.prefix == "import os\ndef f():\n    return os.pa"
-    assert request.suffix == "\n"
-
-
-@pytest.mark.parametrize(
-    "text, line_suffix, overlap",
-    [
-        ("equal", 'qual"', 4),
-        ("[1, 2])", ")", 1),
-        ("x", ")", 0),
-        ("a, b", "b)", 1),
-        ("foo ", " bar", 0),  # whitespace alone is no evidence
-        ("", ")", 0),
-        ("abc", "", 0),
-    ],
-)
-def test_suffix_overlap(text, line_suffix, overlap):
-    assert convert.suffix_overlap(text, line_suffix) == overlap
+    request = convert.to_engine_request(_cursor(text, P(2, 16)), single_line=True, trigger_character=".")
+    assert request.prefix == "import os\r\ndef f():\r\n    return os.pa"
+    assert request.suffix == "\r\n"
+    assert request.single_line and request.trigger_character == "."
 
 
 @pytest.mark.parametrize(
     "text, position, completion, replace, applied",
     [
-        # E14: the completion already contains the auto-closed ")" -> one ")"
+        # E14: the completion typed the auto-closed ")" itself and the engine replaces it -> one ")"
         ("import numpy\nx = numpy.array()", P(1, 16), "[1, 2])", 1, "import numpy\nx = numpy.array([1, 2])"),
-        ("import numpy\nx = numpy.array()", P(1, 16), "[1, 2])", 0, "import numpy\nx = numpy.array([1, 2])"),
         ("import numpy\nx = numpy.array()", P(1, 16), "[1, 2]", 0, "import numpy\nx = numpy.array([1, 2])"),
-        ('label = "Not qual"', P(0, 13), "equal", 0, 'label = "Not equal"'),
         ('label = "Not qual"', P(0, 13), "e", 0, 'label = "Not equal"'),
-        # E03: multi-line text in a CRLF document
+        # R1: the engine inserts "(x)" before the user's ")": never widened over it
+        ("x = [1, 2]\nprint(len)\n", P(1, 9), "(x)", 0, "x = [1, 2]\nprint(len(x))\n"),
+        ("d = {}\ny = d[str]\n", P(1, 9), "(1)", 0, "d = {}\ny = d[str(1)]\n"),
+        ('f("a", g)\n', P(0, 8), '(")")', 0, 'f("a", g(")"))\n'),
+        # E03: multi-line text in a CRLF document, as the engine writes it
         (
             "def f():\r\n    return\r\n",
             P(0, 8),
-            "\n    x = 1\n    y = 2",
+            "\r\n    x = 1\r\n    y = 2",
             0,
             "def f():\r\n    x = 1\r\n    y = 2\r\n    return\r\n",
         ),
-        # replace_suffix counts the normalised suffix; never past the cursor's line
+        # replace_suffix never reaches past the cursor's line
         ("f(\r\n)", P(0, 2), "x", 3, "f(x\r\n)"),
     ],
 )
-def test_completion_edit_applies_without_duplicates(text, position, completion, replace, applied):
+def test_completion_edit_is_the_engines_shape(text, position, completion, replace, applied):
     cursor = _cursor(text, position)
-    edit = convert.completion_edit(cursor, completion, replace)
+    edit = convert.completion_edit(cursor, Completion(completion, replace_suffix=replace))
     assert edit.apply(text) == applied
-    assert "\r\r" not in edit.new_text
 
 
 def test_completion_edit_empty_is_none():
-    assert convert.completion_edit(_cursor("x", P(0, 1)), "", 0) is None
+    assert convert.completion_edit(_cursor("x", P(0, 1)), Completion("")) is None
 
 
 def test_inline_item_has_a_range_only_when_it_replaces():
     text = 'e = "😋😋"; e.st)'
     cursor = _cursor(text, P(0, 16))
-    insert = convert.completion_edit(cursor, "rip(", 0)
+    insert = convert.completion_edit(cursor, Completion("rip("))
     assert convert.lsp_inline_item(cursor, insert) == InlineCompletionItem(insert_text="rip(")
-    replace = convert.completion_edit(cursor, "rip())", 0)
+    replace = convert.completion_edit(cursor, Completion("rip())", replace_suffix=1))
     assert convert.lsp_inline_item(cursor, replace) == InlineCompletionItem(
         insert_text="rip())", range=R(P(0, 16), P(0, 17))
     )
     cursor8 = _cursor(text, P(0, 20), UTF8)
-    replace8 = convert.completion_edit(cursor8, "rip())", 0)
+    replace8 = convert.completion_edit(cursor8, Completion("rip())", replace_suffix=1))
     assert convert.lsp_inline_item(cursor8, replace8).range == R(P(0, 20), P(0, 21))
 
 
 def test_completion_item_text_edit_covers_the_word_before_the_cursor():
     text = 'e = "😋😋"; e.st; n = 1'
     cursor = _cursor(text, P(0, 16))
-    item = convert.lsp_completion_item(cursor, convert.completion_edit(cursor, "rip()", 0))
+    item = convert.lsp_completion_item(cursor, convert.completion_edit(cursor, Completion("rip()")))
     assert item.text_edit.range == R(P(0, 14), P(0, 16))  # E01: UTF-16 units
     assert item.text_edit.new_text == "strip()"
     assert item.label == "strip()"
