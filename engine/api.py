@@ -136,3 +136,6 @@ class Completion:
     # withheld: ``text`` is empty and ``withheld`` holds what would have been shown
     confidence: float | None = None
     withheld: str = ""
+    # speculative decoding (engine/speculate.py; greedy only): ids drafted and verified, of them accepted, the
+    # multi-token forward passes, the acceptance rate; empty when it did not run
+    speculative: dict = field(default_factory=dict)

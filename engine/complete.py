@@ -36,6 +36,7 @@ from .monitors.setup import RequiredArgumentTables, describe, monitors_at
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
 from .repetition import RepetitionMonitor, loop_cut, natural_cut
 from .settings import Settings
+from .speculate import Drafts, PromptLookup
 from .stages import Stages
 from .step_mask import FirstTokenRule, StepMask, StepRules
 from .text import normalize_eol, original_length, scalar_text
@@ -85,6 +86,7 @@ class Decoding:
     loops: RepetitionMonitor = field(default_factory=RepetitionMonitor)
     cut: int | None = None  # where the text ends when decoding stopped inside a loop or at the token budget
     logprobs: list = field(default_factory=list)  # log-probability of each accepted token (0-d tensors)
+    drafts: Drafts | None = None  # speculative decoding (greedy only; engine.speculate)
 
 
 @dataclass
@@ -342,7 +344,7 @@ class Engine:
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
-        dec = self._decode(req, plan, start, logits, result, history)
+        dec = self._decode(req, plan, start, logits, result, history, prompt.ids)
         t5 = clock()
         cursor = self._cursor(plan, start)
         t6 = clock()
@@ -454,9 +456,10 @@ class Engine:
     # -- the decode loop ----------------------------------------------------------------------------
 
     def _decode(self, req: CompletionRequest, plan: Plan, start: Start, logits, result: Completion,
-                history: list[int] | None = None) -> Decoding:
+                history: list[int] | None = None, prompt_ids: list[int] | None = None) -> Decoding:
         """Decode up to ``plan.max_tokens`` tokens from the prefill's ``logits [vocab]``; ``history``:
-        the project-context cache's history before the first token (None: the cache is off)."""
+        the project-context cache's history before the first token (None: the cache is off);
+        ``prompt_ids``: the prompt's token ids (drafts for speculative decoding; None: no drafts)."""
         import torch
 
         from .decode import sample
@@ -467,6 +470,9 @@ class Engine:
             generator.manual_seed(plan.seed)
         stop_ids = set(self.builder.stop_ids) | set(self.index.vocab.eos_ids)
         dec = Decoding(sem=start.sem)
+        g = self.settings.generation
+        if g.speculative and g.draft_tokens > 0 and plan.temperature <= 0 and prompt_ids is not None:
+            dec.drafts = Drafts(g.draft_tokens, PromptLookup(list(prompt_ids)))
         while len(dec.gen) < plan.max_tokens:
             if req.cancel is not None and req.cancel.is_set():
                 result.cancelled, dec.stop = True, StopReason.CANCELLED
@@ -509,11 +515,11 @@ class Engine:
             if plan.multiline and "\n" in dec.text and multiline_cut(plan.cursor_line, dec.text) is not None:
                 dec.stop = StopReason.DEDENT
                 break
-            tf = time.perf_counter()
-            logits = self.kv.decode_one_token(choice.tok)
-            dec.forward_s += time.perf_counter() - tf
+            logits = self._next_logits(choice.tok, plan, start, dec, stop_ids, history)
             if history is not None:  # once per model step, before any mask (a step back reuses it)
                 logits = self._mix_context(logits, history + dec.gen, result)
+        if dec.drafts is not None:
+            result.speculative = dec.drafts.as_dict()
         if dec.stop == StopReason.MAX_TOKENS and dec.gen:
             # the budget ran out mid-thought: end at the last natural point, never in a cut identifier
             dec.stop = StopReason.MAX_TOKENS_CUT
@@ -522,6 +528,59 @@ class Engine:
             else:
                 dec.cut = natural_cut(dec.text, len(dec.text))
         return dec
+
+    def _next_logits(self, tok: int, plan: Plan, start: Start, dec: Decoding, stop_ids: set[int],
+                     history: list[int] | None):
+        """The model's logits ``[vocab]`` after the committed token ``tok``: one decode step, or,
+        speculating (``dec.drafts``), the verified logits when ``tok`` was the next draft id, else
+        one forward pass over ``tok`` and a new draft (the rest of a wrong draft leaves the KV cache
+        first). ``history``: the project-context cache's history before the first token (None: off)."""
+        spec = dec.drafts
+        if spec is not None:
+            hit = spec.take(tok)
+            if hit is not None:
+                return hit
+            self.kv.drop_last(spec.reject())
+            draft = self._draft_ids(plan, start, dec, stop_ids, history)
+            if draft:
+                tf = time.perf_counter()
+                rows = self.kv.verify([tok, *draft])  # [1 + len(draft), vocab]
+                dec.forward_s += time.perf_counter() - tf
+                spec.hold(draft, rows[1:])
+                return rows[0]
+        tf = time.perf_counter()
+        logits = self.kv.decode_one_token(tok)
+        dec.forward_s += time.perf_counter() - tf
+        return logits
+
+    def _draft_ids(self, plan: Plan, start: Start, dec: Decoding, stop_ids: set[int],
+                   history: list[int] | None) -> list[int]:
+        """Up to ``dec.drafts.k`` ids guessed to follow the decoded ones: prompt lookup over the prompt
+        and the decoded ids, else the project-context cache's longest match. Cut before the first id
+        the FSM guide or the monitors refuse (checked in order from the current state, then rolled
+        back), before a stop id, and before a line break in a single-line completion (decoding ends
+        there: nothing after it is needed)."""
+        spec, tokens = dec.drafts, self.index.vocab.tokens
+        spec.lookup.sync(dec.gen)
+        draft = spec.lookup.draft(spec.k)
+        if not draft and history is not None:
+            draft = self.context.draft(history + dec.gen, spec.k)
+        guide = start.guide
+        sem = dec.sem.copy() if dec.sem is not None and guide is not None else None
+        kept: list[int] = []
+        for d in draft:
+            piece = tokens[d] if 0 <= d < len(tokens) else None
+            if d in stop_ids or piece is None or (not plan.multiline and b"\n" in piece):
+                break
+            if guide is not None:
+                if sem is not None and sem.advance(guide.state, piece) is not None:
+                    break
+                if not guide.advance(d):
+                    break
+            kept.append(d)
+        if guide is not None:
+            guide.rollback(len(kept))
+        return kept
 
     @staticmethod
     def _logprob(logits, tok: int):
@@ -583,6 +642,8 @@ class Engine:
         ending mid-character when the dead end was half a character) and return its logits."""
         step = len(dec.gen)
         dec.backtracks += 1
+        if dec.drafts is not None:
+            self.kv.drop_last(dec.drafts.reject())  # the KV cache ends at the last committed token again
         dead_end_in_char = bool(start.guide.state.pend)
         last = dec.gen.pop()
         if dec.sem is not None:

@@ -165,6 +165,27 @@ class KVCache:
             self.reset()
             raise
 
+    @torch.inference_mode()
+    def verify(self, token_ids: list[int]) -> torch.Tensor:
+        """Append ``token_ids`` (a committed token and a draft) in one forward pass and return the
+        logits after each, ``[len(token_ids), vocab]`` (row ``i``: the distribution after
+        ``token_ids[i]``). Roll back a rejected tail with :meth:`drop_last`."""
+        self.ids.extend(token_ids)
+        try:
+            inp = torch.tensor(token_ids, dtype=torch.long, device=self.device)  # [n]
+            if self.own:
+                return self.model.forward(inp, last_only=False)  # [n, vocab]
+            if self.cache is None:
+                from transformers import DynamicCache
+
+                self.cache = DynamicCache(config=self.model.config)
+            out = self.model(input_ids=inp[None], cache=self.cache, use_cache=True)
+            self.cache = out.cache
+            return out.logits[0]  # [n, vocab]
+        except BaseException:
+            self.reset()
+            raise
+
     def drop_last(self, n: int) -> None:
         """Forget the last ``n`` cached tokens (a rolled-back decode step)."""
         if n > 0 and self.ids:

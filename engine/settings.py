@@ -39,6 +39,10 @@ class GenerationSettings:
     # the confidence gate: a completion whose confidence (geometric mean of its tokens' probabilities, 0..1)
     # is below this is not shown; calibrated on held-out bench tasks (docs/benchmarks.md); 0 shows everything
     min_confidence: float = 0.0
+    # speculative decoding from the text itself (engine/speculate.py): greedy decoding (temperature 0) verifies up
+    # to ``draft_tokens`` ids guessed from the prompt and the project context in one forward pass; same output
+    speculative: bool = True
+    draft_tokens: int = 4
 
 
 @dataclass

@@ -142,6 +142,7 @@ def cmd_complete(args) -> int:
             "reused_tokens": result.reused_tokens,
             "fuses": result.fuses,
             "timings_ms": result.timings_ms,
+            "speculative": result.speculative,
             "model": engine.model_name,
             "trace": [step.as_dict() for step in result.trace],
         }
@@ -203,7 +204,8 @@ def cmd_bench(args) -> int:
             from lab.bench_lsp import lsp_latencies
 
             def timer(tasks, constrained):
-                return lsp_latencies(tasks, constrained=constrained, model=args.model)
+                return lsp_latencies(tasks, constrained=constrained, model=args.model,
+                                     speculative=not args.no_speculative)
 
         report = bench.run_bench(args, lsp_timer=timer)
     bench.print_summary(report)
@@ -253,6 +255,10 @@ def add_bench_parser(sub):
     sp.add_argument("--decoder", choices=["auto", "transformers"],
                     help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints (default); transformers: always")
     sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
+    sp.add_argument("--no-speculative", dest="no_speculative", action="store_true",
+                    help="decode without speculative drafts (the baseline for engine/speculate.py)")
+    sp.add_argument("--busy-core", dest="busy_core", action="store_true",
+                    help="keep one CPU core busy with a separate process during the run (lab/busy.py)")
     sp.add_argument("--tokenizer", choices=["default", "qwen"], default="default",
                     help="qwen: FSM-only measurement on Qwen2.5-Coder's 151k vocabulary")
     sp.add_argument("--kinds", type=_kinds_arg, help="comma-separated task kinds from line,args,block,slots,workspace (default: "

@@ -40,6 +40,7 @@ from engine.stages import STAGES
 
 from . import bench_context
 from .bench_slots import add_slot_fields, report_lines, ruff_version, sample_slot_tasks, slot_files, summarize_slots
+from .busy import busy_core
 from .tasks import ALL_KINDS, Task, parse_kinds, sample_tasks
 from .usefulness import edit_similarity, gate_curve, summarize_usefulness, usefulness_fields
 
@@ -89,6 +90,10 @@ def summarize(rows: list[dict]) -> dict:
             # usefulness (lab/usefulness.py): shown, useful, garbage, new undefined names (pyflakes)
             **summarize_usefulness(sub),
             **summarize_stages(sub),
+            # speculative decoding (engine/speculate.py): drafted ids the decoder then chose
+            "draft_acceptance": round(sum(r.get("accepted", 0) for r in sub) / drafted, 4) if (
+                drafted := sum(r.get("drafted", 0) for r in sub)) else 0.0,
+            "drafted_per_token": round(drafted / tokens, 4) if tokens else 0.0,
         }
 
     out = block(rows)
@@ -147,6 +152,8 @@ def completion_row(task: Task, res) -> dict:
         "decode_ms": res.timings_ms.get("decode", 0.0),
         "forward_ms": res.timings_ms.get("forward", 0.0),
         "latency_ms": res.timings_ms.get("total", 0.0),
+        "drafted": (getattr(res, "speculative", None) or {}).get("drafted", 0),
+        "accepted": (getattr(res, "speculative", None) or {}).get("accepted", 0),
         "stages_ms": {k: res.timings_ms[k] for k in STAGES if k in res.timings_ms},
         "text": res.text,
         "target": task.target,
@@ -191,14 +198,16 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
         "# fsm-complete benchmark",
         "",
         f"model `{report['model']}`, vocabulary {report['vocab_size']}, device {report['device']}, "
-        f"{report['tasks']} tasks, seed {report['seed']}",
+        f"{report['tasks']} tasks, seed {report['seed']}, speculative decoding "
+        f"{'on' if report.get('speculative', True) else 'off'}"
+        f"{', one core kept busy by another process' if report.get('busy_core') else ''}",
         "",
         "| metric | constrained | unconstrained |",
         "|---|---|---|",
     ]
     for key in ("syntax_valid", "exact_match", "edit_similarity", "empty", "fuses", "mask_us_p50", "mask_us_p95",
                 "tokens_per_s", "overhead_ms_per_token", "latency_ms_p50", "latency_ms_p95", "warm_latency_ms_p50", "warm_typed_through",
-                "warm_decoded_latency_ms_p50", "peak_rss_mb"):
+                "warm_decoded_latency_ms_p50", "draft_acceptance", "drafted_per_token", "peak_rss_mb"):
         lines.append(f"| {key} | {c.get(key)} | {u.get(key)} |")
     for key in ("lsp_latency_ms_p50", "lsp_latency_ms_p95", "lsp_warm_latency_ms_p50"):
         if key in c:
@@ -393,9 +402,6 @@ def run_bench(args, lsp_timer=None) -> dict:
         from .exactness import run_exactness
 
         return run_exactness(args)
-    from tqdm import tqdm
-
-    from engine.api import CompletionRequest
     from engine.complete import Engine
     from engine.settings import Settings
 
@@ -406,8 +412,20 @@ def run_bench(args, lsp_timer=None) -> dict:
         settings.model.device = args.device
     if getattr(args, "decoder", None):
         settings.model.decoder = args.decoder
+    if getattr(args, "no_speculative", False):
+        settings.generation.speculative = False
     engine = Engine(settings)
     engine.load()
+    with busy_core(enabled=getattr(args, "busy_core", False)):
+        return _run_loaded(args, engine, settings, lsp_timer)
+
+
+def _run_loaded(args, engine, settings, lsp_timer) -> dict:
+    """The benchmark on a loaded ``engine`` (see :func:`run_bench`)."""
+    from tqdm import tqdm
+
+    from engine.api import CompletionRequest
+
     tasks, slots_meta = sample_all(args)
     rows: dict[str, list[dict]] = {"constrained": [], "unconstrained": []}
     # warm-up requests kept out of the figures, as a long-running server has paid them: first-call
@@ -438,6 +456,8 @@ def run_bench(args, lsp_timer=None) -> dict:
         "vocab_size": engine.index.size,
         "device": str(engine.lm.device),
         "seed": args.seed,
+        "speculative": settings.generation.speculative,
+        "busy_core": bool(getattr(args, "busy_core", False)),
         "corpus": args.corpus or ("held-out standard library" if any(t.kind != "slots" for t in tasks)
                                   else slots_meta.get("corpus")),
         "constrained": summarize(rows["constrained"]),

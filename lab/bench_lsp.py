@@ -74,14 +74,15 @@ def utf16_position(text: str, offset: int) -> dict:
     return {"line": line, "character": col}
 
 
-def lsp_latencies(tasks, constrained: bool, model: str | None = None) -> tuple[list[float], list[float]]:
+def lsp_latencies(tasks, constrained: bool, model: str | None = None,
+                  speculative: bool = True) -> tuple[list[float], list[float]]:
     """Inline-completion latencies (ms) of each task through a fresh server process: ``(cold, warm)``.
 
     cold: the document is opened and completed at once (nothing of it is cached yet). warm: then
     the target's first character is typed (``didChange``) and the request repeated one character
     further, as an editor does while the user types: it may type through the shown completion,
     reuse the KV prefix or find it prefilled by the warm-up."""
-    options = {"constraints": {"enabled": constrained}}
+    options = {"constraints": {"enabled": constrained}, "generation": {"speculative": speculative}}
     if model:
         options["model"] = {"path": model}
     client = StdioClient([sys.executable, "-m", "lsp_server"], env=dict(os.environ))

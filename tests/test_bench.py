@@ -201,7 +201,8 @@ def test_default_kinds_drop_slots_when_the_corpus_has_no_call(tmp_path):
 REPORT_KEYS = {"syntax_valid", "exact_match", "edit_similarity", "empty", "fuses", "mask_us_p50", "mask_us_p95",
                "tokens_per_s", "latency_ms_p50", "latency_ms_p95", "warm_latency_ms_p50", "peak_rss_mb", "by_kind",
                "lsp_latency_ms_p50", "lsp_latency_ms_p95", "lsp_warm_latency_ms_p50", "warm_typed_through",
-               "shown", "useful", "garbage", "undefined_names", "stages_ms", "stages_share", "model_share"}
+               "shown", "useful", "garbage", "undefined_names", "stages_ms", "stages_share", "model_share",
+               "draft_acceptance", "drafted_per_token"}
 
 
 def test_bench_command_writes_every_report_key(tmp_path):
@@ -237,6 +238,7 @@ def test_bench_command_writes_every_report_key(tmp_path):
     total = sum(r["latency_ms"] for r in rows if r["mode"] == "constrained")
     assert abs(sum(c["stages_ms"].values()) - total) <= 0.03 * total + 1
     assert 0 < c["model_share"] < 1 and set(c["by_kind"]["line"]["stages_ms"]) == set(STAGES)
+    assert report["speculative"] is True and report["busy_core"] is False
     assert (out / "stages.png").stat().st_size > 0 and "Where the engine's time goes" in (out / "report.md").read_text()
 
 
@@ -272,3 +274,47 @@ def test_workspace_tasks_come_from_packages_and_report_the_context_gain(tmp_path
     prefix = bench_context.retrieved_prefix(task, siblings, k=1)
     assert prefix.startswith("# a.py\n# def alpha(x):\n") and prefix.endswith(task.prefix)
     assert bench_context.useful("alpha(41)", "alpha(40)") and not bench_context.useful("", "x")
+
+
+def test_busy_core_process_spins_and_stops():
+    """``--busy-core``: a separate process keeps a core busy inside the block and is gone after it;
+    left alone it stops by itself after its bound."""
+    import os
+    import time
+
+    from lab.busy import busy_core
+
+    def cpu_seconds(pid: int) -> float:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def running(pid: int) -> bool:  # a zombie (exited, not reaped yet) is not running
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    with busy_core(seconds=60) as pid:
+        deadline = time.monotonic() + 30
+        while cpu_seconds(pid) < 0.2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cpu_seconds(pid) >= 0.2
+    assert not running(pid)
+    with busy_core(enabled=False) as none:
+        assert none is None
+    with busy_core(seconds=0.2) as pid:
+        deadline = time.monotonic() + 30
+        while running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not running(pid)  # it stopped by itself
+
+
+def test_bench_flags():
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers())
+    args = parser.parse_args(["bench", "--busy-core", "--no-speculative", "--tasks", "60", "--seed", "7"])
+    assert (args.busy_core, args.no_speculative, args.tasks, args.seed) == (True, True, 60, 7)
+    args = parser.parse_args(["bench"])
+    assert (args.busy_core, args.no_speculative) == (False, False)
