@@ -102,8 +102,8 @@ def natural_cut(text: str, limit: int) -> int:
     """The last natural stopping point of ``text[:limit]`` as an offset (0 when there is none).
 
     A natural point ends a whole lexical item, outside strings and comments: after ``,``, a closing
-    bracket, ``:`` or ``;`` (the separator itself is dropped when it is ``,`` or ``;``), or before a
-    space that follows a complete name or literal. A cut identifier (``sel`` of ``self``) or an open
+    bracket, ``:`` or ``;`` (the separator itself is dropped when it is ``,`` or ``;``), or after a
+    name or literal that something else follows (so it is whole: ``path`` of ``path.join``). A cut identifier (``sel`` of ``self``) or an open
     string is never a natural point. Used when a completion stops for a reason other than its own
     end: the ``max_tokens`` limit, a loop found by :class:`RepetitionMonitor`.
     """
@@ -112,14 +112,20 @@ def natural_cut(text: str, limit: int) -> int:
 
     limit = max(0, min(limit, len(text)))
     best = 0
-    try:
-        toks = list(tokenize.generate_tokens(io.StringIO(text[:limit]).readline))
+    toks = []
+    try:  # tokens come one by one: an open bracket at the end only raises after the last of them
+        for tok in tokenize.generate_tokens(io.StringIO(text[:limit]).readline):
+            toks.append(tok)
     except (tokenize.TokenError, SyntaxError, IndentationError):
-        toks = None
-    if toks is None:
-        # unterminated string or bracket at the end: fall back on the raw characters before it
-        quote = min((i for i in (text.find("'"), text.find('"')) if 0 <= i < limit), default=limit)
-        return natural_cut(text, quote) if quote < limit else _raw_cut(text, limit)
+        if tokenize.ERRORTOKEN in {t.type for t in toks} or not toks:
+            # an unterminated string: cut before the quote that opens it, or fall back on raw characters
+            lines = text[:limit].split("\n")
+            starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
+            quotes = [starts[t.start[0] - 1] + t.start[1] for t in toks
+                      if t.type == tokenize.ERRORTOKEN and t.string.strip()[:1] in ("'", '"')]
+            quote = quotes[0] if quotes else min((i for i in (text.find("'"), text.find('"')) if 0 <= i < limit),
+                                                 default=limit)
+            return natural_cut(text, quote) if quote < limit else _raw_cut(text, limit)
     lines = text[:limit].split("\n")
     offsets = [0]
     for line in lines:
@@ -135,8 +141,8 @@ def natural_cut(text: str, limit: int) -> int:
         elif tok.type == tokenize.OP and tok.string in (")", "]", "}", ":"):
             best = end
         elif tok.type in (tokenize.NAME, tokenize.NUMBER, tokenize.STRING) and end < limit \
-                and text[end] in " \t\n":
-            best = end
+                and not (text[end].isalnum() or text[end] in "_'\""):
+            best = end  # something that cannot continue it follows: the name or literal is whole
     return best
 
 

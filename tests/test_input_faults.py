@@ -362,7 +362,7 @@ def test_rejected_settings_fall_back_to_defaults_as_reported():
         assert "fuseBias" in settings_shown(server, 1)[0] and "defaults used" in settings_shown(server, 1)[0]
         src = "import os\n\nprint(os.path.join('a', "
         first = tokens_at(server, "file:///tmp/cfg/a.py", src)
-        assert first["tokens"] <= 2 and first["stopReason"] == "max_tokens"
+        assert first["tokens"] <= 2 and first["stopReason"] in ("max_tokens", "max_tokens_cut")
         # the case: a rejected change was reported as "defaults used" while the previous value (2) stayed
         server.notify("workspace/didChangeConfiguration", {"settings": {"fsmComplete": {"generation": {"maxTokens": -1}}}})
         shown = settings_shown(server, 2)[1]
@@ -374,7 +374,7 @@ def test_rejected_settings_fall_back_to_defaults_as_reported():
                       {"settings": {"fsmComplete": {"generation": {"maxTokens": 3, "temperature": "hot"}}}})
         assert "generation.temperature" in settings_shown(server, 3)[2]
         third = tokens_at(server, "file:///tmp/cfg/c.py", src)
-        assert third["tokens"] <= 3 and third["stopReason"] == "max_tokens"
+        assert third["tokens"] <= 3 and third["stopReason"] in ("max_tokens", "max_tokens_cut")
     finally:
         server.kill()
 

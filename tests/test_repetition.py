@@ -59,6 +59,8 @@ def test_monitor_follows_a_rollback():
     ("open(path) as f", 10, "open(path)"),
     ("'abc", 4, ""),  # an open string
     ("f(x, 'http://example.org/python/pyth", 36, "f(x"),
+    ("path.join(os.path.join", 22, "path.join(os.path"),  # names before '.' or '(' are whole
+    ("self.ass", 8, "self"),
 ])
 def test_natural_cut(text, limit, cut):
     assert text[: natural_cut(text, limit)] == cut
