@@ -51,7 +51,8 @@ class EngineRequestRecord:
     ``stopReason``, ``cancelled`` once decoding ended, and ``fuses``, ``promptTokens`` (the prompt's
     length in tokens after truncation to the model window), ``reusedTokens`` (how many of them the
     KV cache already held), ``latencyMs``, ``mode``, ``projectContext`` (the cache model's token ids
-    counted per scope, the decode steps it mixed into, its ms) when it ended with a completion. An
+    counted per scope, the decode steps it mixed into, its ms) and ``timingsMs`` (the engine's stages,
+    :mod:`engine.stages`, plus ``lsp``: the host's time around the engine) when it ended with a completion. An
     ``explain`` request's record has ``explain: true`` and no cursor context.
     """
 
@@ -72,6 +73,9 @@ class EngineRequestRecord:
     prompt_tokens: int | None = None
     reused_tokens: int | None = None
     latency_ms: float | None = None
+    # the engine's stages (engine/stages.py) and ``lsp``: the host's time around the engine (request conversion,
+    # project context, the decode slot and the thread hop), ms
+    timings_ms: dict | None = None
     mode: str | None = None
     project_context: dict | None = None
 
@@ -88,6 +92,7 @@ class EngineRequestRecord:
         self.fuses = completion.fuses
         self.prompt_tokens, self.reused_tokens = completion.prompt_tokens, completion.reused_tokens
         self.latency_ms = completion.timings_ms.get("total", 0.0)
+        self.timings_ms = dict(completion.timings_ms)
         self.mode = completion.fingerprint.get("mode", "unconstrained")
         self.project_context = completion.context
 
@@ -102,7 +107,8 @@ class EngineRequestRecord:
             out.update(tokens=self.tokens, stopReason=self.stop_reason, cancelled=self.cancelled)
         if self.fuses is not None:
             out.update(fuses=self.fuses, promptTokens=self.prompt_tokens, reusedTokens=self.reused_tokens,
-                       latencyMs=self.latency_ms, mode=self.mode, projectContext=self.project_context)
+                       latencyMs=self.latency_ms, mode=self.mode, projectContext=self.project_context,
+                       timingsMs=self.timings_ms)
         return out
 
 
@@ -295,6 +301,7 @@ class EngineHost:
             engine = self.engine
             if engine is None:
                 return None
+            t0 = time.perf_counter()
             request = convert.to_engine_request(
                 cursor, single_line=single_line, trigger_character=trigger_character, cancel=cancel,
                 path=convert.document_path(doc.uri), project=self._server.project.context(self._server.documents),
@@ -308,6 +315,9 @@ class EngineHost:
             completion = await self._decode(engine, request, record)
             if completion is None or completion.cancelled:
                 return None
+            if record.timings_ms is not None:  # the LSP layer's share of this request
+                record.timings_ms["lsp"] = round(max(0.0, (time.perf_counter() - t0) * 1e3
+                                                     - completion.timings_ms.get("total", 0.0)), 2)
             if self._server.documents.get(doc.uri) is not doc or doc.version != version:
                 logger.debug("request %r: %s changed while decoding; result dropped", msg_id, doc.uri)
                 return None

@@ -53,6 +53,10 @@ def test_an_edit_prefills_the_prompt_the_next_request_reuses():
         _open(server, "untitled:c.py", text_c)
         cold = _inline(server, "untitled:c.py", 20, 0)
         assert cold["promptTokens"] > 200 and cold["reusedTokens"] < cold["promptTokens"] // 4, cold
+        # where the time went: the engine's stages, its total, and the LSP layer around it
+        stages = cold["timingsMs"]
+        assert {"prefill", "forward", "mask", "total", "lsp"} <= set(stages) and stages["prefill"] > 0, stages
+        assert stages["total"] == cold["latencyMs"] and stages["lsp"] >= 0
 
         # an edit in a third document: the warm-up prefills there before the request comes
         text_b = _module("beta", 24)
