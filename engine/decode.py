@@ -61,6 +61,33 @@ def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: to
     return torch.multinomial(probs, 1, generator=generator)[0]
 
 
+def free_cores(limit: int, loadavg: str | None = None, cpus: int | None = None) -> int:
+    """How many threads a prefill may use now: the CPUs this process may run on minus those other
+    runnable tasks hold (``/proc/loadavg``'s running count, which includes the caller), at least 1
+    and at most ``limit``. ``loadavg``/``cpus``: the file's text and the CPU count (tests); without
+    ``/proc`` (not Linux) ``limit``. Another process keeping a core busy thus takes that core away
+    from the prefill's matrix products instead of stalling one of its threads (a thread pool whose
+    threads wait for each other runs at the pace of the slowest)."""
+    import os
+
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    if loadavg is None:
+        try:
+            with open("/proc/loadavg", encoding="ascii") as f:
+                loadavg = f.read()
+        except OSError:
+            return max(1, limit)
+    try:
+        running = int(loadavg.split()[3].split("/")[0])
+    except (IndexError, ValueError):
+        return max(1, limit)
+    return max(1, min(limit, cpus - max(0, running - 1)))
+
+
 class KVCache:
     """The model's KV cache for the last sequence, reusing its longest shared prefix.
 
@@ -69,9 +96,10 @@ class KVCache:
     transformers model (a ``DynamicCache``, cropped for reuse and rollback).
 
     Prefill asks for the last position's logits only (``logits_to_keep=1`` on transformers: the LM
-    head over the whole prompt was a third of a CPU prefill) and, on the CPU, runs with
-    ``prefill_threads`` threads (matrix products over the whole prompt), while single-token decode
-    steps keep the model's own thread count (one for small models: see ``engine.model``).
+    head over the whole prompt was a third of a CPU prefill) and, on the CPU, runs with up to
+    ``prefill_threads`` threads (matrix products over the whole prompt), as many as other processes
+    leave free (:func:`free_cores`), while single-token decode steps and draft verification keep the
+    model's own thread count (one for small models: see ``engine.model``).
 
     ``prefill(ids)`` returns the last position's logits ``[vocab]`` and how many tokens were reused.
     """
@@ -136,7 +164,10 @@ class KVCache:
         threads = torch.get_num_threads()
         many = self.device.type == "cpu" and self.prefill_threads > threads and len(ids) - reuse >= 32
         if many:
-            torch.set_num_threads(self.prefill_threads)
+            want = free_cores(self.prefill_threads)  # the cores other processes leave free now
+            many = want > threads
+            if many:
+                torch.set_num_threads(want)
         logits = None
         try:
             done = reuse

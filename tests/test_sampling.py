@@ -46,3 +46,16 @@ def test_top_p_keeps_the_smallest_nucleus():
     probs = logits_to_probs(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), 1.0, 0.8)
     assert torch.count_nonzero(probs) == 2
     torch.testing.assert_close(probs[:2], torch.tensor([0.625, 0.375]))
+
+
+def test_prefill_threads_leave_busy_cores_alone():
+    """Prefill uses the cores other runnable tasks leave free (``/proc/loadavg``'s running count
+    includes the caller), at least one, at most the limit."""
+    from engine.decode import free_cores
+
+    assert free_cores(4, "0.10 0.20 0.30 1/180 4242\n", cpus=4) == 4  # only the caller runs
+    assert free_cores(4, "1.10 0.90 0.80 2/180 4242\n", cpus=4) == 3  # one other process keeps a core busy
+    assert free_cores(2, "6.00 6.00 6.00 9/300 4242\n", cpus=2) == 1
+    assert free_cores(8, "0 0 0 1/10 1\n", cpus=2) == 2
+    assert free_cores(3, "garbage", cpus=2) == 3
+    assert 1 <= free_cores(2) <= 2  # this machine's /proc
