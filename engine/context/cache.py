@@ -106,9 +106,14 @@ class ContextCache:
             self._lock.release()
 
     def draft(self, history, k: int) -> list[int]:
-        """:meth:`NestedCache.draft`: up to ``k`` ids continuing ``history`` (speculative decoding)."""
-        with self._lock:
+        """:meth:`NestedCache.draft`: up to ``k`` ids continuing ``history`` (speculative decoding);
+        [] while a sync holds the lock (no waiting in a decode step)."""
+        if not self._lock.acquire(blocking=False):
+            return []
+        try:
             return self.nested.draft(history, k)
+        finally:
+            self._lock.release()
 
     def sizes(self) -> dict[str, int]:
         """Token ids counted per scope."""
