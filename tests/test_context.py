@@ -123,6 +123,13 @@ def test_nested_prediction_mixes_innermost_first():
     assert pred.context == 2
     # too little context (one token) or none: no opinion
     assert cache.predict([8]).ids == [] and cache.predict([3, 4]).confidence == 0.0
+    # an outer scope may ask for a longer match: then only the document predicts here
+    strict = NestedCache(("document", "workspace"), order=3, vocab_size=v, min_context=2,
+                         scope_min_context={"workspace": 3})
+    strict["document"].set("p", [7, 8, 9])
+    strict["workspace"].set("f", [7, 8, 5, 7, 8, 5])
+    alone = strict.predict([1, 7, 8])
+    assert alone.ids == [9] and alone.probs == pytest.approx([float(p_in_9)]) and alone.confidence == 0.5
 
 
 def test_drafts_continue_the_longest_match():

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from ..api import ProjectContext
 from ..text import normalize_eol, scalar_text
-from .ngram import EMPTY, MIN_CONTEXT, ORDER, NestedCache, Prediction
+from .ngram import EMPTY, MIN_CONTEXT, ORDER, OUTER_MIN_CONTEXT, NestedCache, Prediction
 
 SCOPES = ("document", "open", "workspace")
 BATCH = 4  # texts tokenized per call and counted per hold of the lock (a request waits for one batch at most)
@@ -39,7 +39,8 @@ class ContextCache:
     def __init__(self, encode_batch: Callable[[list[str]], list[list[int]]], vocab_size: int,
                  order: int = ORDER, min_context: int = MIN_CONTEXT):
         self.encode_batch = encode_batch
-        self.nested = NestedCache(SCOPES, order=order, vocab_size=vocab_size, min_context=min_context)
+        self.nested = NestedCache(SCOPES, order=order, vocab_size=vocab_size, min_context=min_context,
+                                  scope_min_context={"open": OUTER_MIN_CONTEXT, "workspace": OUTER_MIN_CONTEXT})
         self._texts: dict[str, dict[str, str]] = {"open": {}, "workspace": {}}  # scope -> key -> text counted
         self._lock = threading.Lock()  # the counts (held per batch of texts)
         self._syncing = threading.Lock()  # one sync at a time (held for a whole sync)

@@ -21,8 +21,8 @@ from ..text import read_source as read_python_source
 
 log = logging.getLogger(__name__)
 
-MAX_FILES = 200
-MAX_BYTES = 1_000_000
+MAX_FILES = 100  # the defaults of the context.workspaceFiles/workspaceBytes settings
+MAX_BYTES = 400_000  # ~110k tokens of the embedded tokenizer: ~1 s to count, ~110 MB of counts
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "venv", "env", "build", "dist", "site-packages"})
 
 
