@@ -65,7 +65,7 @@ class ContextSettings:
     """Project context: the nested cache n-gram model (:mod:`engine.context`)."""
 
     cache_model: bool = True  # mix the cache's next-token estimate into the model's logits (before the token mask)
-    cache_weight: float = 0.5  # the mixture weight at full cache confidence (scaled by the confidence per step)
+    cache_weight: float = 0.85  # the mixture weight at full cache confidence (scaled by the confidence per step)
     open_documents: bool = True  # the other open documents are a scope
     workspace: bool = True  # a slice of the workspace's Python files is a scope (.gitignore respected)
     workspace_files: int = 100  # at most this many files in the workspace slice, nearest first
