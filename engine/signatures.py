@@ -540,14 +540,20 @@ def _instance_hints(code: str, script, completions, line: int, column: int) -> f
     every name written in the document, after a ``.`` or not (``obj.extra = 1`` anywhere, a
     subclass's class attribute, ``type(name, bases, {"attr": ...})``: R4's hints).
     Empty for objects of builtin types and classes with ``__slots__`` (closed); None (open) when
-    the document sets attributes by name (``setattr``, ``vars()``, ``__dict__``)."""
+    the document sets attributes by name (``setattr``, ``vars()``, ``__dict__``) or the class is a
+    base of another class in the document (a mixin: ``self.assertEqual`` comes with the subclass)."""
     if any(c.name == "__slots__" for c in completions):
         return frozenset()
-    kinds = [(n.type, n.module_name) for n in script.infer(line, column)]
+    inferred = script.infer(line, column)
+    kinds = [(n.type, n.module_name) for n in inferred]
     if all(module == "builtins" or kind not in ("instance", "class") for kind, module in kinds):
         return frozenset()
     if _SETS_ATTRIBUTES.search(code):
         return None
+    for n in inferred:  # a mixin: the classes built on it bring attributes (``self.assertEqual``)
+        if n.type in ("instance", "class") and re.search(
+                r"\bclass[ \t]+\w+[ \t]*\([^:]*\b" + re.escape(n.name) + r"\b", code):
+            return None
     return frozenset(_DOT_NAME.findall(code)) | frozenset(_WORD.findall(code))
 
 
@@ -671,6 +677,9 @@ def _merge(overloads: tuple[tuple[Param, ...], ...]):
     return keyword_names, positional_max, required_positional, params, positions
 
 
+_FIELDS_OPTIONAL = frozenset({"ast", "_ast"})  # AST node classes: every field may be omitted (set later)
+
+
 def _spec(source: str, callee: str, paren: int, path: str | None, policies: PolicyTable | None,
           budget_ms: float | None, document: bool = True) -> CallSpec:
     imports = import_map(source)
@@ -688,6 +697,8 @@ def _spec(source: str, callee: str, paren: int, path: str | None, policies: Poli
     elif not rules and full_name and full_name != qualname:
         rules = table.required_for(full_name, aliases)
     keyword_names, positional_max, required_positional, params, positions = _merge(overloads)
+    if (full_name or qualname or "").split(".")[0] in _FIELDS_OPTIONAL:
+        required_positional = ()  # typeshed requires the fields; CPython's constructors do not (< 3.13 silently)
     kept = []
     for rule in rules:
         if keyword_names is not None and rule.name not in keyword_names:

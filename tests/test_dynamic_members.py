@@ -121,3 +121,23 @@ def test_a_stub_overload_jedi_drops_does_not_make_a_parameter_required():
     source = "import asyncio\n\n\nasync def f(t):\n    await asyncio.sleep("
     spec = resolve_call(source, len(source))
     assert spec.required_positional == ("delay",)
+
+
+def test_ast_node_fields_are_never_required():
+    """typeshed types every field of an AST node as a required argument; CPython builds nodes
+    without them and sets them later (test_ast: ``ast.UnaryOp(op=ast.Not(), lineno=0, col_offset=0)``)."""
+    from engine.signatures import resolve_call
+
+    source = "import ast\n\ne = ast.UnaryOp("
+    assert resolve_call(source, len(source)).required_positional == ()
+    node = __import__("ast").UnaryOp(op=__import__("ast").Not(), lineno=0, col_offset=0)
+    assert not hasattr(node, "operand")
+
+
+def test_a_mixin_is_open():
+    """test_json: ``class TestDefault:`` uses ``self.assertEqual``, which ``class TestPyDefault(TestDefault,
+    PyTest)`` brings."""
+    source = ("import unittest\n\n\nclass Mixin:\n    def test(self):\n        self.\n\n\n"
+              "class Real(Mixin, unittest.TestCase):\n    pass\n")
+    offset = source.index("self.") + 5
+    assert member_names(source, offset) is None

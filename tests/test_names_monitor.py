@@ -66,6 +66,8 @@ ACCEPTED = [
     (FUNC, "nums = sorted(path, key=lambda t: (t, mode))\n"),
     (FUNC, "gen = (c * 2\n           for c in path)\n"),
     (FUNC, "if path: result = mode\n"),
+    (FUNC, "(total): int = 0\n    print(total)\n"),
+    (FUNC, "else_ = path\n    if else_:\n        pass\n"),
 ]
 
 

@@ -276,6 +276,8 @@ def test_a_line_before_a_deeper_indented_one_must_open_a_block(prefix, suffix, t
     ("def build():\n    ", "cmd = [", "\n        'run',\n    ]\n    return cmd\n"),  # R3 sibling: a list
     ("def f(a):\n    ", "assert a, \\", "\n        'message'\n"),  # R3 sibling: a backslash
     ("def f():\n    ", 'text = """', '\n        indented\n    """\n    return text\n'),  # R3 sibling: a string
+    ("def f(x):\n    y = x\n", "", "\n\n    return y\n"),  # a blank line stays blank
+    ("def f(x):\n    y = x\n", "# note", "\n    return y\n"),  # a comment line
 ])
 def test_lines_that_continue_or_sit_in_the_body_are_not_headers(prefix, completion, suffix) -> None:
     """Issue #16 R2/R3: what real code writes before a deeper-indented line passes."""
@@ -303,3 +305,13 @@ def test_no_block_header_is_required_elsewhere(prefix, suffix) -> None:
     from engine.monitors import block_header_at
 
     assert block_header_at(prefix, suffix, lex_text(prefix)) is None
+
+
+def test_slots_are_not_enforced_where_a_test_expects_the_error() -> None:
+    """``with self.assertRaises(TypeError): f()`` calls wrongly on purpose (real code, test_clinic)."""
+    from engine.monitors.setup import expects_errors
+
+    assert expects_errors("class T:\n    def test(self):\n        with self.assertRaises(TypeError):\n            f(")
+    assert expects_errors("def test():\n    with pytest.raises(ValueError, match='x'):\n        g(")
+    assert not expects_errors("def test():\n    with open(p) as f:\n        g(")
+    assert not expects_errors("with self.assertRaises(E):\n    pass\nf(")

@@ -64,6 +64,9 @@ class BlockHeader(MemberAccess):
             return None
         if self.done or not code:
             return None
+        if not self.typed and ch in "\r\n#":
+            self.done = True  # a blank or comment-only line: the tokenizer skips it
+            return None
         if not self.typed and ch in " \t":
             self.column = indent_width(" " * self.column + ch)
             if self.column >= self.next_indent:

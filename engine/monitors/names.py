@@ -35,6 +35,7 @@ import keyword
 import re
 from dataclasses import dataclass
 
+from ..lexing import automaton as pylex
 from .base import Refusal, code_char, ident_char
 
 RULE = "unbound-name"
@@ -394,6 +395,10 @@ class NamesMonitor:
             if bracket is not None and bracket.kind == _PARAMS:
                 bracket.expr = bracket.ann = True
             if depth == 0 and not any(r[0] == "lambda" for r in ends):
+                if self.target_ok:  # ``(name): T``, ``obj[k]: T``: an annotated assignment target
+                    self._bind_targets()
+                    self.target_ok, self.regions = False, self.regions + (("ann", 0),)
+                    return None
                 return self._new_statement(0)  # a compound statement's header ends
             return None
         if ch in "'\"":
@@ -418,8 +423,6 @@ def names_code(state, ch: str) -> bool:
     """Is ``ch`` fed to lexer ``state`` code, as this monitor needs it: :func:`code_char`, and
     also the first character of an f-string field (the lexer is then still deciding between
     ``{{`` and a field, and calls it not code)."""
-    from ..lexing import automaton as pylex
-
     return code_char(state, ch) or (state.mode == pylex.FSTR_LBRACE and ch != "{")
 
 
@@ -427,20 +430,21 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
                   lookback: int = 60) -> NamesMonitor | None:
     """The names monitor for a completion at the end of ``prefix`` (``depth``: the lexer's bracket
     depth there), with the statement the cursor is in replayed as context. None when the document's
-    namespace is dynamic, or when no line start within ``lookback`` lines replays to the lexer's
-    bracket depth (a statement this monitor cannot place: enforce nothing)."""
-    from ..lexing import automaton as pylex
-
+    namespace is dynamic, or when no line start within ``lookback`` lines (tried 1, 2, 4... lines
+    up) replays to the lexer's bracket depth (a statement this monitor cannot place: enforce
+    nothing). Earlier statements replayed with it only add context (what they bound)."""
     names = names if names is not None else document_names(prefix + suffix)
     if names.dynamic:
         return None
     known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
-    start = len(prefix)
-    for _ in range(lookback):
-        start = prefix.rfind("\n", 0, max(0, start - 1)) + 1
+    starts = [0] + [i + 1 for i, ch in enumerate(prefix[-20_000:], max(0, len(prefix) - 20_000)) if ch == "\n"]
+    back = 1
+    while back <= min(lookback, len(starts)) * 2:
+        start = starts[max(0, len(starts) - back)]
+        back *= 2  # the cursor's line, then 2, 4, 8... lines up: a start before the statement works too
         if start > 0 and prefix[start - 2: start] == "\\\n":
             continue  # a backslash continuation: the statement starts further up
-        monitor = _replay(prefix[start:], known, pylex)
+        monitor = _replay(prefix[start:], known)
         if monitor is not None and len(monitor.stack) == depth:
             monitor.replay = False
             return monitor
@@ -449,7 +453,7 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
     return None
 
 
-def _replay(text: str, known: frozenset, pylex) -> NamesMonitor | None:
+def _replay(text: str, known: frozenset) -> NamesMonitor | None:
     """A monitor that has seen ``text`` (the user's, judged nothing); None if it does not lex."""
     monitor = NamesMonitor(known)
     monitor.replay = True
@@ -460,8 +464,7 @@ def _replay(text: str, known: frozenset, pylex) -> NamesMonitor | None:
             if not lex.pend:
                 monitor.feed(ch, len(lex.brackets), names_code(lex, ch))
             lex.feed_char(ch)
-        if len(lex.brackets) > len(monitor.stack):
-            monitor._sync(len(lex.brackets))  # a bracket the last character opened
+        monitor._sync(len(lex.brackets))  # a bracket the last character opened or closed
     except (pylex.Reject, pylex.Complex):
         return None
     return monitor

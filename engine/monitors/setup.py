@@ -61,6 +61,8 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
     source = prefix + suffix
     if names:
         sem.names = names_monitor(prefix, suffix, len(state.brackets))
+    if expects_errors(prefix):
+        return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary)
     memo: dict = {}
 
     def resolver(text: str, paren: int):
@@ -77,6 +79,36 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
             slots, sem.suffix_closes = call_slots_at(spec, prefix, call[1], suffix, state)
             if slots is not None:
                 sem.calls.append(slots)
+    return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary)
+
+
+_ERROR_BLOCK = re.compile(r"^[ \t]*(?:async[ \t]+)?with\b.*(?:\.assertRaises\w*|\braises)[ \t]*\(")
+
+
+def expects_errors(prefix: str, lookback: int = 40) -> bool:
+    """Is the cursor in the body of ``with self.assertRaises(...)`` / ``with pytest.raises(...)``?
+    Tests there call things wrongly on purpose (a missing argument to see the ``TypeError``), so the
+    argument-slot rules are not enforced (real code must never be refused)."""
+    lines = prefix.split("\n")[-lookback:]
+    width = len(lines[-1]) - len(lines[-1].lstrip(" \t"))
+    for line in reversed(lines[:-1]):
+        stripped = line.lstrip(" \t")
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        if indent < width:
+            if _ERROR_BLOCK.match(line):
+                return True
+            width = indent
+            if indent == 0:
+                break
+    return False
+
+
+def _member_or_header(sem: Semantics, prefix: str, suffix: str, path, state, member_access: bool,
+                      domain_vocabulary) -> Semantics:
+    """Add member access after ``name.``, or the block-header rule, to ``sem``."""
+    source = prefix + suffix
     m = _MEMBER_RE.search(prefix[-300:])
     header = block_header_at(prefix, suffix, state)
     if header is not None:
