@@ -13,7 +13,12 @@ import ast
 import pytest
 from pyflakes import checker, messages
 
-from engine.monitors.names import NamesMonitor, document_names, names_code, names_monitor
+from engine.monitors.names import (
+    NamesMonitor,
+    document_names,
+    names_code,
+    names_monitor,
+)
 from engine.pylex import lex_text
 
 FUNC = "import os\n\n\ndef load(path, mode):\n    █\n    return path\n"
@@ -73,7 +78,7 @@ ACCEPTED = [
 
 @pytest.mark.parametrize("buffer,completion", ACCEPTED)
 def test_bound_names_are_accepted(buffer, completion):
-    refusal, _, monitor = run(buffer, completion)
+    refusal, _, _ = run(buffer, completion)
     assert refusal is None, refusal
     prefix, suffix = buffer.split("█")
     assert undefined(prefix + completion + suffix) == set()

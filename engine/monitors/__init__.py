@@ -23,6 +23,16 @@ from .semantics import Semantics
 from .slots import CallSlots, call_slots_at
 
 __all__ = [
-    "HEADER_KEYWORDS", "BlockHeader", "CallSlots", "MemberAccess", "Refusal", "Semantics", "block_header_at",
-    "call_slots_at", "code_char", "NamesMonitor", "document_names", "names_monitor",
+    "HEADER_KEYWORDS",
+    "BlockHeader",
+    "CallSlots",
+    "MemberAccess",
+    "NamesMonitor",
+    "Refusal",
+    "Semantics",
+    "block_header_at",
+    "call_slots_at",
+    "code_char",
+    "document_names",
+    "names_monitor",
 ]

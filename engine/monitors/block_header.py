@@ -37,7 +37,7 @@ class BlockHeader(MemberAccess):
 
     Fed every character (:attr:`NEEDS_DEPTH`) through :meth:`feed_at`."""
 
-    __slots__ = ("column", "next_indent", "continues")
+    __slots__ = ("column", "continues", "next_indent")
     RULE = "block-header"
     WHY = "the next line is indented deeper, so this line must open a block"
     NEEDS_DEPTH = True

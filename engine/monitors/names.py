@@ -63,7 +63,7 @@ _TOKEN = re.compile(r'''
   | (?P<ellipsis>\.\.\.)
   | (?P<dot>\.)
   | (?P<num>\d[\w.]*)
-''', re.X | re.M)
+''', re.VERBOSE | re.MULTILINE)
 _FIELD_NAME = re.compile(r"(?<![.\w])([^\W\d]\w*)")
 
 
@@ -133,8 +133,24 @@ class NamesMonitor:
     Feed the user's text of the statement before the cursor with :attr:`replay` set (context
     only: nothing the user wrote is judged), then clear it and feed the completion."""
 
-    __slots__ = ("known", "bound", "stack", "word", "word_dot", "word_user", "decide", "op", "prev", "stmt",
-                 "first", "target_ok", "regions", "pending", "next_kind", "replay")
+    __slots__ = (
+        "bound",
+        "decide",
+        "first",
+        "known",
+        "next_kind",
+        "op",
+        "pending",
+        "prev",
+        "regions",
+        "replay",
+        "stack",
+        "stmt",
+        "target_ok",
+        "word",
+        "word_dot",
+        "word_user",
+    )
 
     def __init__(self, known: frozenset):
         self.known = known
@@ -284,7 +300,7 @@ class NamesMonitor:
                 return True
         return False
 
-    def _decide(self, ch: str, depth: int) -> Refusal | None:  # noqa: C901 - one decision table
+    def _decide(self, ch: str, depth: int) -> Refusal | None:
         """Judge the name that ended, now that the first significant character after it (``ch``,
         after the operator characters in :attr:`op`) is known."""
         (name, d, user), op = self.decide, self.op
@@ -349,7 +365,7 @@ class NamesMonitor:
         self.stmt, self.first, self.target_ok, self.regions, self.pending = "", True, True, (), ()
         return refusal
 
-    def _significant(self, ch: str, depth: int) -> Refusal | None:  # noqa: C901 - one switch over characters
+    def _significant(self, ch: str, depth: int) -> Refusal | None:
         """A significant code character that no name is waiting for."""
         prev, self.prev = self.prev, ch
         bracket = self.stack[depth - 1] if depth else None
