@@ -55,10 +55,13 @@
       (python-mode)
       (goto-char (1+ cursor))
       (fsm-step "buffer ready" (format "%d chars, cursor at %d" (buffer-size) (point)))
-      ;; the server, as docs/editors.md configures it: the Python where fsm-complete is installed
+      ;; the server, as docs/editors.md configures it: the Python where fsm-complete is installed.
+      ;; The project root below is this repository, whose test files hold this very case: no
+      ;; workspace slice in the project context, so the completion is the model's and the buffer's.
       (setq eglot-server-programs
             `((python-mode . (,python "-m" "lsp_server"
-                                      :initializationOptions (:generation (:maxTokens 24))))))
+                                      :initializationOptions (:generation (:maxTokens 24)
+                                                              :context (:workspace :json-false))))))
       (setq eglot-connect-timeout fsm-timeout eglot-sync-connect t eglot-autoreconnect nil)
       (let ((project-find-functions (list (lambda (_dir) (cons 'transient root)))))
         (apply #'eglot (eglot--guess-contact)))
