@@ -494,8 +494,6 @@ class Engine:
                         continue
                     dec.stop = StopReason.FSM
                     break
-                if choice.tok != choice.top:
-                    step.masked_top = choice.top  # the model's favourite was masked
             if choice.tok in stop_ids:
                 dec.stop = StopReason.EOS
                 break
@@ -623,6 +621,8 @@ class Engine:
             dec.monitors_s += time.perf_counter() - tm
             step.refused = len(refused)
         choice = choose_token(logits, raw, plan.temperature, plan.top_p, generator)
+        if choice.best and choice.tok != choice.top:
+            step.masked_top = choice.top  # the model's favourite was masked (also on the step a fuse stops)
         if choice.best and choice.mass < s.constraints.fuse_threshold and choice.tok != choice.top:
             action = fuse_action(guide, dec.sem, n, refused)  # the model wants what the constraint forbids
             result.fuses += 1
