@@ -5,7 +5,9 @@
 1. **cut** to the completion's shape: a single-line completion ends at its first line break (after
    a leading one in call-arguments mode), a multi-line one where it leaves its block
    (:func:`multiline_cut`); a single-line completion drops the tail the text after the cursor
-   already has (:func:`strip_suffix_overlap`); a constrained one ends where the lexer may stop;
+   already has (:func:`strip_suffix_overlap`), a multi-line one ends before it repeats the line
+   below the cursor (:func:`suffix_repeat_cut`); a constrained one ends where the lexer may stop;
+   in code, it ends where it keeps the word after the cursor whole (:func:`glues`);
 2. **closing**: open calls are closed with their missing policy keywords (the safe continuation,
    :func:`closing`);
 3. **validation**: the longest prefix, at a token end, that compiles in the document
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from . import lexing
 from .api import Completion
 from .lexing import automaton as pylex
-from .monitors.base import PROSE_MODES
+from .monitors.base import PROSE_MODES, ident_char
 from .validate import finish_line, judge, longest_valid
 
 CLOSERS = frozenset(")]}'\":;, ")
@@ -92,15 +94,76 @@ def strip_suffix_overlap(text: str, suffix: str) -> str:
     return text
 
 
+def next_suffix_line(suffix: str) -> str:
+    """The first non-blank line after the cursor's line in ``suffix``, stripped ("" when none)."""
+    for line in suffix.split("\n")[1:]:
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def suffix_repeat_cut(cursor_line: str, text: str, suffix: str) -> int | None:
+    """Where a multi-line ``text`` starts to reproduce the next non-blank line of ``suffix`` (issue
+    #16, R6: ``[0]\n    return x`` above ``    return x``): the offset in ``text`` of the start of
+    its first line that, stripped, equals that line stripped, or, for its last line, is a non-empty
+    prefix of it (the copy was still being typed); the cursor's own line counts as its first line
+    (``cursor_line``: the line's text before the cursor). None when no line repeats it. Lines are
+    compared stripped of indentation and trailing blanks, as completion clients compare them."""
+    target = next_suffix_line(suffix)
+    if not target or suffix.split("\n", 1)[0].strip():
+        return None  # nothing below, or the cursor's line goes on: the completion ends before that text
+    lines = text.split("\n")
+    start = 0
+    for i, line in enumerate(lines):
+        seen = (cursor_line + line if i == 0 else line).strip()
+        last = i == len(lines) - 1
+        if seen and (seen == target or (last and target.startswith(seen))):
+            return start
+        start += len(line) + 1
+    return None
+
+
 def cut_to_shape(text: str, *, multiline: bool, wrap_ok: bool, cursor_line: str, suffix: str) -> str:
-    """Step 1 of :func:`finish` without the lexer: the line or block cut and the suffix overlap."""
+    """Step 1 of :func:`finish` without the lexer: the line or block cut and the suffix overlap (a
+    single-line completion never ends with the rest of the cursor's line, a multi-line one never
+    repeats the line below it: :func:`strip_suffix_overlap`, :func:`suffix_repeat_cut`)."""
     if not multiline:
         lead = leading_break(text, wrap_ok)
         return strip_suffix_overlap(text[:lead] + text[lead:].split("\n", 1)[0], suffix)
     cut = multiline_cut(cursor_line, text)
     if cut is not None:
         text = text[:cut]
+    repeat = suffix_repeat_cut(cursor_line, text, suffix)
+    if repeat is not None:
+        text = text[:repeat]
     return text.rstrip(" \t\n") if text.strip() else ""
+
+
+# -- a whole word after the cursor ------------------------------------------------------------------
+
+def glues(text: str, suffix: str) -> bool:
+    """Would ``text`` inserted at the cursor fuse with the code after it (issue #16, R12)? When the
+    suffix starts with an identifier character, a completion ending in one (or in a digit) makes
+    one word of both (``pore`` + ``value``: ``porevalue``); before a digit, a trailing ``.`` fuses
+    too (``1.`` + ``5``); before a quote, a trailing word that is a string prefix makes the string
+    another one (``f`` + ``"{x}"``; Python reference, "String and Bytes literals"; any other word
+    before a quote is a syntax error, so it fuses too; ``return"x"`` as well: a space costs nothing)."""
+    if not suffix or not text:
+        return False
+    after, last = suffix[0], text[-1]
+    if after.isdigit():
+        return ident_char(last) or last == "."
+    if ident_char(after):
+        return ident_char(last)
+    if after in "'\"":
+        return ident_char(last)
+    return False
+
+
+def whole_word_ends(text: str, ends: list[int], suffix: str) -> list[int]:
+    """The offsets of ``ends`` (token ends in ``text``) where the completion may end without fusing
+    with the code after the cursor (:func:`glues`)."""
+    return [e for e in ends if not glues(text[:e], suffix)]
 
 
 # -- what finish needs --------------------------------------------------------------------------------
@@ -136,6 +199,12 @@ class Cursor:
     validate: bool = True
 
 
+def in_code(prefix: str) -> bool:
+    """Is the cursor at the end of ``prefix`` in code (not a comment or a string, where a completion
+    may finish the word after the cursor: ``"Not e|qual"``)?"""
+    return lexing.cursor_context(prefix).kind == lexing.CODE
+
+
 def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     """The final ``\\n``-normalised text of a completion (see the module docstring). Sets
     ``result.validation``, ``result.replace_suffix`` and the ``semantics`` entries
@@ -148,6 +217,9 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
             text = text[: max(e for e in draft.accepting if e <= len(text))]
         cuts = draft.accepting  # truncation candidates: where the FSM could have stopped
     ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
+    if in_code(cur.prefix):  # never fuse with the word after the cursor: only whole-word ends (R12)
+        ends = whole_word_ends(text, ends, cur.suffix)
+        text = text[: ends[-1]] if ends else ""
     pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
     result.validation = "skipped"
     monitored = cur.start is not None and not result.cancelled

@@ -1,0 +1,147 @@
+"""The completion's final shape against the text after the cursor (issue #16): a multi-line
+completion never repeats the line below the cursor (R6), and in code a completion never fuses with
+the word, number or string after the cursor (R12). Exact tests of :mod:`engine.finish`, then the
+cases of /work/shared/cases/real-reports.md and siblings of their kinds through the CLI (its
+``main``, the real engine and embedded model, sampled with several seeds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.api import Completion
+from engine.finish import Cursor, Draft, cut_to_shape, finish, glues, suffix_repeat_cut
+from fsm_complete.cli import main
+
+REPORTS = Path("/work/shared/cases/real-reports")
+SEEDS = (0, 1, 2, 3)
+
+
+def _multiline(cursor_line: str, text: str, suffix: str) -> str:
+    return cut_to_shape(text, multiline=True, wrap_ok=False, cursor_line=cursor_line, suffix=suffix)
+
+
+# -- R6: a multi-line completion ends before the line below the cursor ------------------------------
+
+@pytest.mark.parametrize("cursor_line,text,suffix,want", [
+    ("    ", "[0]\n    return x", "\n    return x\n", "[0]"),  # the case
+    ("    ", "y = 2\n\n    return x", "\n\n    return x\n", "y = 2"),  # blank lines between
+    ("    ", "y = 2\n    retu", "\n    return x\n", "y = 2"),  # the copy is still being typed
+    ("    ", "return x", "\n    return x\n", ""),  # the cursor's line itself repeats it
+    ("    ret", "urn x", "\n    return x\n", ""),  # ... with what is typed before the cursor
+    ("\t", "total += i\n\tprint(total)", "\n\tprint(total)\n", "total += i"),  # tabs
+    ("    ", "y = 2\n    z = 3", "\n    return x\n", "y = 2\n    z = 3"),  # nothing repeated
+    ("    ", "y = 2\n    return x + 1", "\n    return x\n", "y = 2\n    return x + 1"),  # another line
+    ("    ", "print(x)\n    print(x)", "\n    x = 1\n", "print(x)\n    print(x)"),  # not the suffix's line
+])
+def test_a_multiline_completion_is_cut_where_it_repeats_the_next_line(cursor_line, text, suffix, want):
+    assert _multiline(cursor_line, text, suffix) == want
+
+
+def test_no_repeat_cut_when_the_cursor_line_goes_on_or_nothing_follows():
+    assert suffix_repeat_cut("    ", "a\n    b", ")\n    b\n") is None  # the rest of the line comes first
+    assert suffix_repeat_cut("    ", "a\n    b", "\n\n") is None
+
+
+def test_a_single_line_completion_drops_the_rest_of_the_line_it_reproduces():
+    single = dict(multiline=False, wrap_ok=False, cursor_line="print(")
+    assert cut_to_shape("x)", suffix=")\n", **single) == "x"
+    assert cut_to_shape("e", suffix="qual\"\n", **single) == "e"
+    assert cut_to_shape("a, b)", suffix=", b)\n", **single) == "a"
+
+
+# -- R12: the word after the cursor stays whole ------------------------------------------------------
+
+@pytest.mark.parametrize("text,suffix,fuses", [
+    ("pore", "value * factor\n", True),  # the case
+    ("x + pore", "value\n", True),
+    ("x + ", "value\n", False),
+    ("f(", "value)\n", False),
+    ("obj.", "value\n", False),
+    ("1", "5\n", True),  # a number
+    ("1.", "5\n", True),
+    ("x", "5\n", True),
+    ("x + ", "5\n", False),
+    ("f", '"{x}"\n', True),  # a string prefix
+    ("rb", "'x'\n", True),
+    ("x, ", '"s"\n', False),
+    ("pore", " value\n", False),
+    ("pore", "\n", False),
+    ("pore", "", False),
+])
+def test_glues(text, suffix, fuses):
+    assert glues(text, suffix) is fuses
+
+
+@pytest.mark.parametrize("prefix,text,ends,suffix,want", [
+    ("result = ", "pore", [4], "value * factor\n", ""),  # R12: empty rather than porevalue
+    ("result = ", "x + pore", [1, 2, 3, 4, 8], "value * factor\n", "x + "),  # back to a whole-word end
+    ("n = ", "1 + 1", [1, 2, 3, 4, 5], "5\n", "1 + "),  # before a number
+    ("s = ", "x + f", [1, 3, 4, 5], '"{x}"\n', "x + "),  # before a string: not an f-string
+    ('label = "Not ', "e", [1], 'qual"\n', "e"),  # inside a string the word is the completion's to finish
+])
+def test_finish_keeps_the_word_after_the_cursor_whole(prefix, text, ends, suffix, want):
+    cur = Cursor(prefix=prefix, suffix=suffix, cursor_line=prefix.rsplit("\n", 1)[-1], multiline=False, wrap_ok=False)
+    out = finish(Draft(text, ends, None), cur, Completion(text=""))
+    assert out == want
+    compile(prefix + out + suffix, "<test>", "exec")
+
+
+# -- through the CLI: the cases and siblings of their kinds -------------------------------------------
+
+def _complete(capsys, path: Path, line: int, col: int, *flags: str) -> str:
+    assert main(["complete", "--json", f"{path}:{line}:{col}", *flags]) == 0
+    return json.loads(capsys.readouterr().out)["text"]
+
+
+R6_KIND = {  # (buffer, 1-based line, column): the cursor on an indented blank line above a statement
+    "R6": None,
+    "loop": ("for i in range(3):\n    total = i\n    \n    print(total)\n", 3, 5),
+    "class": ("class A:\n    x = 1\n    \n    y = 2\n", 3, 5),
+    "blank-between": ("def f():\n    a = 1\n    \n\n    return a\n", 3, 5),
+}
+
+
+@pytest.mark.parametrize("kind", list(R6_KIND))
+def test_r6_cli_multiline_completions_never_repeat_the_line_below(capsys, tmp_path, kind):
+    if R6_KIND[kind] is None:
+        path, line, col = REPORTS / "R6.py", 3, 5
+    else:
+        text, line, col = R6_KIND[kind]
+        path = tmp_path / f"{kind}.py"
+        path.write_text(text)
+    lines = path.read_text().split("\n")
+    below = next(s.strip() for s in lines[line:] if s.strip())
+    for seed in SEEDS:
+        flags = ("--multiline", "--seed", str(seed)) + (("--temperature", "1.0") if seed else ())
+        out = _complete(capsys, path, line, col, *flags)
+        typed = lines[line - 1][: col - 1]
+        written = [(typed + out).split("\n")[0]] + out.split("\n")[1:]
+        assert below not in [w.strip() for w in written], (seed, out)
+
+
+R12_KIND = {  # (buffer, 1-based line, column): the cursor right before a word, a number, a string
+    "R12": None,
+    "number": ("n = 5\ntotal = 10 * n\n", 2, 14),
+    "string": ('name = "x"\nlabel = "id: " + name\n', 2, 9),
+    "call": ("import os\npath = os.path.join(os.sep, 'a')\n", 2, 21),
+}
+
+
+@pytest.mark.parametrize("kind", list(R12_KIND))
+def test_r12_cli_completions_keep_the_next_word_whole(capsys, tmp_path, kind):
+    if R12_KIND[kind] is None:
+        path, line, col = REPORTS / "R12.py", 2, 10
+    else:
+        text, line, col = R12_KIND[kind]
+        path = tmp_path / f"{kind}.py"
+        path.write_text(text)
+    source = path.read_text()
+    rest = source.split("\n")[line - 1][col - 1:]
+    assert rest[0].isalnum() or rest[0] in "'\""
+    for seed in SEEDS:
+        flags = ("--seed", str(seed)) + (("--temperature", "1.0") if seed else ())
+        out = _complete(capsys, path, line, col, *flags)
+        assert not glues(out, rest), (seed, out)
