@@ -9,6 +9,7 @@ from importlib.util import find_spec
 import pytest
 
 from engine import signatures as sig
+from engine.resolve import jedi_client
 from engine.signatures import (
     CallSpec,
     Param,
@@ -330,7 +331,7 @@ def test_policy_holds_when_the_library_is_not_installed(monkeypatch, tmp_path, f
     import jedi
 
     bare = jedi.Project(str(tmp_path), sys_path=[str(tmp_path)], smart_sys_path=False)
-    monkeypatch.setattr(sig, "_project", lambda directory: bare)
+    monkeypatch.setattr(jedi_client, "_project", lambda directory: bare)
     for source in ("import requests\nrequests.get(url, ", "import httpx\nhttpx.stream('GET', url, "):
         spec = at_end(source)
         assert spec.params is None and spec.keyword_names is None
@@ -343,7 +344,7 @@ def test_policy_holds_when_jedi_raises(monkeypatch, fresh_cache):
     def broken(code, path):
         raise RuntimeError("jedi exploded")
 
-    monkeypatch.setattr(sig, "_script", broken)
+    monkeypatch.setattr(jedi_client, "_script", broken)
     spec = at_end("import requests\nrequests.post(url, ")
     assert spec.params is None and [r.name for r in spec.required_keywords] == ["timeout"]
     assert member_names("import os\nos.", 13) is None
@@ -538,13 +539,13 @@ def test_never_raises_on_broken_input(source):
 
 def test_typing_arguments_reuses_the_memoised_answer(monkeypatch, fresh_cache):
     calls = []
-    real = sig._script
+    real = jedi_client._script
 
     def counting(code, path):
         calls.append(code)
         return real(code, path)
 
-    monkeypatch.setattr(sig, "_script", counting)
+    monkeypatch.setattr(jedi_client, "_script", counting)
     head = "def helper(x, y):\n    pass\n\nhelper("
     for typed in ("", "1", "1, ", "1, 2"):
         assert at_end(head + typed).required_positional == ("x", "y")
@@ -556,17 +557,17 @@ def test_typing_arguments_reuses_the_memoised_answer(monkeypatch, fresh_cache):
 
 def test_a_late_jedi_answer_is_unresolved_now_and_memoised_for_later(monkeypatch, fresh_cache):
     release = threading.Event()
-    real = sig._script
+    real = jedi_client._script
 
     def slow(code, path):
         assert release.wait(30)
         return real(code, path)
 
-    monkeypatch.setattr(sig, "_script", slow)
+    monkeypatch.setattr(jedi_client, "_script", slow)
     source = "import subprocess\nsubprocess.run("
     early = resolve_call(source, len(source), budget_ms=1)
     assert early.params is None and [r.name for r in early.required_keywords] == ["check"]
-    (pending,) = list(sig._PENDING.values())
+    (pending,) = list(jedi_client._PENDING.values())
     release.set()
     pending.result(timeout=60)
     late = resolve_call(source, len(source), budget_ms=1)

@@ -1,0 +1,373 @@
+"""jedi, the static analyser behind signatures and member names (``jedi.Script`` only: it never
+imports or runs the analysed modules).
+
+:func:`jedi_request` memoises answers (LRU, :data:`CACHE_SIZE`) keyed by a two-line snippet (a
+callee rooted in an import or a builtin) or by the text around the anchor (anything else), and
+bounds the wait with ``budget_ms`` (a late answer is memoised by a background thread).
+:func:`jedi_signatures` and :func:`jedi_members` are the two queries. jedi failures count as
+"unresolved" (None, logged at debug level); nothing here raises on broken input. Positions are
+0-based code-point offsets; jedi's own are (1-based line, 0-based column).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from . import imports as _imports
+from .imports import BUILTIN_NAMES, ImportMap, dotted_parts
+
+log = logging.getLogger(__name__)
+
+PARAM_KINDS = ("positional_only", "positional_or_keyword", "var_positional", "keyword_only", "var_keyword")
+CACHE_SIZE = 512  # memoised jedi answers (signatures and member names)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a resolved signature. ``kind`` is one of :data:`PARAM_KINDS` (the names of
+    :class:`inspect.Parameter` kinds, lower case); ``required``: no default value (always False for
+    ``*args``/``**kwargs``)."""
+
+    name: str
+    kind: str
+    required: bool
+
+
+_LOCK = threading.Lock()  # guards the caches (held briefly)
+_JEDI_LOCK = threading.Lock()  # jedi is not thread-safe: one query at a time
+_CACHE: OrderedDict[tuple, object] = OrderedDict()
+_PENDING: dict[tuple, Future] = {}  # queries still running after their budget ran out
+_MISS = object()
+_SNIPPET_NAME = "__fsm_complete_snippet__.py"  # never written: only names the snippet's directory
+
+_KIND_NAMES = {
+    "POSITIONAL_ONLY": "positional_only",
+    "POSITIONAL_OR_KEYWORD": "positional_or_keyword",
+    "VAR_POSITIONAL": "var_positional",
+    "KEYWORD_ONLY": "keyword_only",
+    "VAR_KEYWORD": "var_keyword",
+}
+
+
+def _cache_get(key: tuple):
+    with _LOCK:
+        value = _CACHE.get(key, _MISS)
+        if value is not _MISS:
+            _CACHE.move_to_end(key)
+        return value
+
+
+def _cache_put(key: tuple, value) -> None:
+    with _LOCK:
+        _CACHE[key] = value
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+
+
+def clear_cache() -> None:
+    """Forget memoised jedi answers and import maps (e.g. after the environment changed)."""
+    with _LOCK:
+        _CACHE.clear()
+    _imports.clear_cache()
+
+
+@lru_cache(maxsize=1)
+def _environment():
+    """The server's own interpreter (never one named by ``$VIRTUAL_ENV`` or found in the project):
+    jedi only runs it for its helper that introspects compiled modules."""
+    from jedi.api.environment import SameEnvironment
+
+    return SameEnvironment()
+
+
+@lru_cache(maxsize=32)
+def _project(directory: str | None):
+    import jedi
+
+    return jedi.get_default_project(directory) if directory else jedi.Project(os.getcwd())
+
+
+def _script(code: str, path: str | None):
+    import jedi
+
+    directory = os.path.dirname(os.path.abspath(path)) if path else None
+    return jedi.Script(code=code, path=path, project=_project(directory), environment=_environment())
+
+
+def _line_col(source: str, offset: int) -> tuple[int, int]:
+    """jedi position (1-based line, 0-based code-point column) of ``offset``, splitting lines as
+    parso does (``\\n``, ``\\r\\n``, ``\\r``)."""
+    import parso
+
+    lines = parso.split_lines(source[:offset])
+    return len(lines), len(lines[-1])
+
+
+def _has_default(param) -> bool:
+    name = getattr(param, "_name", None)
+    node = getattr(name, "default_node", _MISS)
+    if node is not _MISS:  # source and stub parameters
+        return node is not None
+    signature_param = getattr(name, "_signature_param", None)
+    if signature_param is not None:  # compiled (inspect) parameters
+        return bool(getattr(signature_param, "has_default", False))
+    text = param.to_string()
+    return "=" in text.split(":", 1)[-1] if ":" in text else "=" in text
+
+
+def _summarize(signature) -> tuple[tuple[Param, ...], str | None]:
+    params = []
+    for p in signature.params:
+        kind = _KIND_NAMES.get(getattr(p.kind, "name", ""), "positional_or_keyword")
+        required = kind not in ("var_positional", "var_keyword") and not _has_default(p)
+        params.append(Param(p.name, kind, required))
+    return tuple(params), signature.full_name
+
+
+def _implementations(script, code: str, offset: int) -> tuple:
+    """The signatures of the Python source that implements a callee jedi answered from a stub
+    (``.pyi``): jedi may keep one of a stub's ``@overload`` variants only (``asyncio.sleep(delay,
+    result)`` without ``sleep(delay)``), so a parameter the implementation gives a default is not
+    required. ``offset``: just after the ``(``."""
+    k = offset - 1
+    while k > 0 and code[k - 1] in " \t":
+        k -= 1
+    line, column = _line_col(code, max(0, k - 1))
+    out = []
+    for definition in script.goto(line, column, follow_imports=True):
+        if definition.type == "function" and str(definition.module_path or "").endswith(".py"):
+            params = _source_params(str(definition.module_path), definition.line)
+            if params is not None:
+                out.append((params, definition.full_name))
+    return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def _source_tree(path: str):
+    import ast
+    from pathlib import Path
+
+    from ..text import read_source
+
+    return ast.parse(read_source(Path(path)))
+
+
+def _source_params(path: str, line: int) -> tuple[Param, ...] | None:
+    """The parameters of the function defined at ``line`` (1-based) of the Python file ``path``,
+    read with ``ast`` (never imported); None when there is none."""
+    import ast
+
+    try:
+        tree = _source_tree(path)
+    except Exception:  # unreadable or not Python: no implementation to consult
+        log.debug("could not read the implementation in %s", path, exc_info=True)
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == line:
+            a = node.args
+            positional = a.posonlyargs + a.args
+            first_default = len(positional) - len(a.defaults)
+            params = [Param(p.arg, "positional_only" if i < len(a.posonlyargs) else "positional_or_keyword",
+                            i < first_default) for i, p in enumerate(positional)]
+            if a.vararg is not None:
+                params.append(Param(a.vararg.arg, "var_positional", False))
+            params += [Param(p.arg, "keyword_only", d is None) for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+            if a.kwarg is not None:
+                params.append(Param(a.kwarg.arg, "var_keyword", False))
+            return tuple(params)
+    return None
+
+
+def jedi_signatures(code: str, offset: int, path: str | None):
+    """``(overloads, full_name)`` of the call whose ``(`` ends at ``offset``; None if unresolved."""
+    try:
+        line, column = _line_col(code, offset)
+        with _JEDI_LOCK:
+            script = _script(code, path)
+            found = script.get_signatures(line, column)
+            overloads = tuple(_summarize(s) for s in found)
+            if any(str(s.module_path or "").endswith(".pyi") for s in found):
+                optional = {p.name for params, _ in _implementations(script, code, offset) for p in params
+                            if not p.required}
+                overloads = tuple((tuple(replace(p, required=p.required and p.name not in optional) for p in params),
+                                   full) for params, full in overloads)
+    except Exception:
+        log.debug("jedi could not resolve the signature at %d in %s", offset, path, exc_info=True)
+        return None
+    if not overloads:
+        return None
+    return tuple(params for params, _ in overloads), overloads[0][1]
+
+
+_OBJECT_HOOKS = ("__getattribute__", "__setattr__")  # overridden: attributes appear at run time
+
+
+def _open_object(script, completions, line: int, column: int) -> bool:
+    """Are the attributes of the object before the ``.`` not statically closed (issue #16, R4)?
+    True for a ``__getattr__`` (a class's, or a module's, PEP 562: argparse namespaces, mocks,
+    numpy), an ``__getattribute__``/``__setattr__`` that is not ``object``'s (SimpleNamespace),
+    an extension module (compiled, no stub: ``dir()`` is not the whole story), or an object jedi
+    cannot infer. ``line``/``column``: jedi's (1-based line, 0-based column) of the dot."""
+    for c in completions:
+        if c.name == "__getattr__":
+            return True
+        if c.name in _OBJECT_HOOKS and (c.full_name or "").rsplit(".", 1)[0] not in ("builtins.object", ""):
+            return True
+    inferred = script.infer(line, column)
+    if not inferred:
+        return True
+    for name in inferred:
+        if name.type == "module" and name.in_builtin_module() and not str(name.module_path or "").endswith(".pyi"):
+            return True
+        if name.type in ("instance", "class") and _unresolved_base(name):
+            return True
+    return False
+
+
+def _unresolved_base(name) -> bool:
+    """Does the class of ``name`` (a jedi instance or class) have a base class, anywhere in its
+    MRO, that jedi cannot infer (``from .util import Base`` out of reach, a base made at run
+    time)? Its attributes are then unknown. Uses jedi's value API; any surprise counts as True."""
+    try:
+        for value in name._name.infer():
+            cls = getattr(value, "class_value", value)
+            for klass in [cls, *cls.py__mro__()]:
+                bases = getattr(klass, "py__bases__", None)
+                if bases is None:
+                    continue
+                for base in bases():
+                    if not base.infer():
+                        return True
+    except Exception:
+        log.debug("could not walk the bases of %s", name, exc_info=True)
+        return True
+    return False
+
+
+_WORD = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_DOT_NAME = re.compile(r"\.[ \t]*([A-Za-z_]\w*)")
+_SETS_ATTRIBUTES = re.compile(r"\b(?:setattr|vars)[ \t]*\(|\.__dict__\b")
+
+
+def _instance_hints(code: str, script, completions, line: int, column: int) -> frozenset[str] | None:
+    """Attributes an instance (or class) of a Python class may get from outside its class body:
+    every name written in the document, after a ``.`` or not (``obj.extra = 1`` anywhere, a
+    subclass's class attribute, ``type(name, bases, {"attr": ...})``: R4's hints).
+    Empty for objects of builtin types and classes with ``__slots__`` (closed); None (open) when
+    the document sets attributes by name (``setattr``, ``vars()``, ``__dict__``) or the class is a
+    base of another class in the document (a mixin: ``self.assertEqual`` comes with the subclass)."""
+    if any(c.name == "__slots__" for c in completions):
+        return frozenset()
+    inferred = script.infer(line, column)
+    kinds = [(n.type, n.module_name) for n in inferred]
+    if all(module == "builtins" or kind not in ("instance", "class") for kind, module in kinds):
+        return frozenset()
+    if _SETS_ATTRIBUTES.search(code):
+        return None
+    for n in inferred:  # a mixin: the classes built on it bring attributes (``self.assertEqual``)
+        if n.type in ("instance", "class") and re.search(
+                r"\bclass[ \t]+\w+[ \t]*\([^:]*\b" + re.escape(n.name) + r"\b", code):
+            return None
+    return frozenset(_DOT_NAME.findall(code)) | frozenset(_WORD.findall(code))
+
+
+def jedi_members(code: str, offset: int, path: str | None) -> frozenset[str] | None:
+    """Attribute names after the ``.`` at ``offset - 1``; None when unresolved or open (see
+    :func:`_open_object`)."""
+    try:
+        line, column = _line_col(code, offset)
+        with _JEDI_LOCK:
+            script = _script(code, path)
+            completions = script.complete(line, column)
+            if _open_object(script, completions, line, max(0, column - 1)):
+                return None
+            hints = _instance_hints(code, script, completions, line, max(0, column - 1))
+            if hints is None:
+                return None
+            names = frozenset(c.name for c in completions) | hints
+    except Exception:
+        log.debug("jedi could not list members at %d in %s", offset, path, exc_info=True)
+        return None
+    return names or None
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _line_end(source: str, offset: int) -> int:
+    newline = source.find("\n", offset)
+    return len(source) if newline == -1 else newline
+
+
+@lru_cache(maxsize=1)
+def _executor() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsm-complete-jedi")
+
+
+def _finish(key: tuple, run, query: tuple):
+    try:
+        result = run(*query)
+        _cache_put(key, result)
+        return result
+    finally:
+        with _LOCK:
+            _PENDING.pop(key, None)
+
+
+def jedi_request(kind: str, source: str, expression: str, anchor: int, path: str | None,
+                  imports: ImportMap, run, budget_ms: float | None, document: bool = True):
+    """Memoised jedi query about ``expression`` whose ``(`` or ``.`` is at ``anchor``.
+
+    A dotted name rooted in an import (or a builtin) is asked about in a two-line snippet: the
+    import statements binding the root, then the expression, keyed by that snippet and the file's
+    directory. Anything else (local functions, methods of local objects) needs the document; it is
+    keyed by the text before ``anchor`` and after the anchor's line, so typing the arguments on
+    that line keeps hitting the cache.
+
+    ``budget_ms``: None waits for jedi. Otherwise an answer not ready in time counts as
+    unresolved (None) for this call while jedi finishes on a background thread and memoises it
+    for the next one. ``document=False``: a query that needs the whole document is answered only
+    from the cache (None otherwise, nothing started): parsing a large file costs jedi 0.1-1 s."""
+    parts = dotted_parts(expression)
+    directory = os.path.dirname(os.path.abspath(path)) if path else None
+    if parts and parts[0] in imports:
+        code = "\n".join(imports.statements.get(parts[0], ())) + "\n" + ".".join(parts) + kind
+        snippet_path = os.path.join(directory, _SNIPPET_NAME) if directory else None
+        key = (kind, "snippet", code, directory)
+        query = (code, len(code), snippet_path)
+    elif parts and parts[0] in BUILTIN_NAMES and not imports.shadows(parts[0]):
+        code = ".".join(parts) + kind
+        key = (kind, "snippet", code, None)
+        query = (code, len(code), None)
+    else:
+        key = (kind, "document", path, expression, _digest(source[:anchor]),
+               _digest(source[_line_end(source, anchor):]))
+        query = (source, anchor + 1, path)
+    cached = _cache_get(key)
+    if cached is not _MISS:
+        return cached
+    if not document and key[1] == "document":
+        return None
+    if budget_ms is None:
+        result = run(*query)
+        _cache_put(key, result)
+        return result
+    with _LOCK:
+        future = _PENDING.get(key)
+        if future is None:
+            future = _PENDING[key] = _executor().submit(_finish, key, run, query)
+    try:
+        return future.result(timeout=max(0.0, budget_ms) / 1000)
+    except FutureTimeout:
+        log.debug("jedi answer for %r not ready within %s ms; unresolved for now", expression, budget_ms)
+        return None
