@@ -8,17 +8,16 @@ import random
 import numpy as np
 import pytest
 
-from engine import fsm
+from engine import fsm, fsm_tables
 from engine.fsm import (
     MaskMemo,
     PrefixLexer,
     PythonGuide,
     StateTable,
     TokenIndex,
-    _build_reference,
-    _CharCanon,
     detect_indent_style,
 )
+from engine.fsm_tables import _build_reference, _CharCanon
 from engine.pylex import Complex, Lex, Reject
 from engine.vocab import Vocabulary
 
@@ -134,7 +133,7 @@ def test_trie_build_equals_token_by_token_reference(few, monkeypatch):
     """The fast build (byte trie, word classes, canonical characters) gives exactly the tables of
     simulating every token on its own, in every core state met. ``few=0``: the walk descends to
     every trie node instead of simulating small subtrees token by token (slower: every 4th state)."""
-    monkeypatch.setattr(fsm, "_FEW", few)
+    monkeypatch.setattr(fsm_tables, "_FEW", few)
     assert len(BIG) > 1000
     cases = big_vocab_cases()
     assert len(cases) > 250
