@@ -427,6 +427,11 @@ def _run_loaded(args, engine, settings, lsp_timer) -> dict:
     from engine.api import CompletionRequest
 
     tasks, slots_meta = sample_all(args)
+    if any(t.kind == bench_context.KIND for t in tasks):  # the kind measures the cache model: on for this run
+        import dataclasses
+
+        engine.update_settings(dataclasses.replace(
+            settings, context=dataclasses.replace(settings.context, cache_model=True)))
     rows: dict[str, list[dict]] = {"constrained": [], "unconstrained": []}
     # warm-up requests kept out of the figures, as a long-running server has paid them: first-call
     # allocations, and jedi's start in this process (0.7-1.5 s: stubs, its helper process) on a call

@@ -255,13 +255,14 @@ def test_a_name_only_a_sibling_file_defines_is_completed_with_the_cache(engine, 
 
     old = engine.settings
     try:
+        engine.update_settings(replace(old, context=replace(old.context, cache_model=True)))
         on = engine.complete(request())
         assert on.text.startswith("default_level=3"), on.text
         assert on.context["counted"]["workspace"] > 0 and on.context["mixed_steps"] > 0
         engine.update_settings(replace(old, context=replace(old.context, cache_model=False)))
         off = engine.complete(request())
         assert "default_level" not in off.text and off.context == {}
-        engine.update_settings(replace(old, context=replace(old.context, workspace=False)))
+        engine.update_settings(replace(old, context=replace(old.context, cache_model=True, workspace=False)))
         scoped = engine.complete(request())  # the scope switched off: not counted, not copied
         assert scoped.context["counted"]["workspace"] == 0 and "default_level" not in scoped.text
     finally:

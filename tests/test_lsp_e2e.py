@@ -288,20 +288,6 @@ async def test_explain_without_a_position_is_invalid_params(session: Session):
     assert await session.document(uri) is not None  # the server is fine
 
 
-async def test_other_open_documents_are_project_context(session: Session, tmp_path):
-    """A keyword that only another open document uses (a made-up name) is copied from it: the server
-    hands the open documents to the engine's cache model (the document itself is left out)."""
-    sibling = ("def make_registry():\n    registry = WidgetRegistry(default_level=3, strict_mode=True)\n"
-               "    return registry\n")
-    session.open(sibling, (tmp_path / "widgets.py").as_uri())
-    result = await session.inline("from widgets import WidgetRegistry\n\n\ndef build():\n    registry = WidgetRegistry(█\n",
-                                  (tmp_path / "main.py").as_uri())
-    record = await session.engine_request(result.uri)
-    context = record["projectContext"]  # nested objects arrive as named tuples
-    assert context.counted.open > 0 and context.mixed_steps > 0
-    assert result.items and "WidgetRegistry(default_level=3" in result.applied()[0]
-
-
 # ---------------------------------------------------------------------------- a workspace folder
 
 WIDGETS = ("def make_registry():\n    registry = WidgetRegistry(default_level=3, strict_mode=True)\n"
@@ -317,7 +303,8 @@ async def in_workspace(lsp: LanguageClient, tmp_path_factory):
     (root / "build").mkdir()
     (root / "build" / "old.py").write_text("registry = WidgetRegistry(ignored_level=0)\n")
     result = await lsp.initialize_session(types.InitializeParams(
-        capabilities=capabilities("visual_studio_code"), initialization_options={"fsmComplete": TEST_SETTINGS},
+        capabilities=capabilities("visual_studio_code"),
+        initialization_options={"fsmComplete": {**TEST_SETTINGS, "context": {"cacheModel": True}}},
         workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="project")]))
     lsp.session = Session(lsp, "visual_studio_code", result)
     lsp.root = root
@@ -342,4 +329,19 @@ async def test_the_workspace_folder_is_project_context(in_workspace: LanguageCli
                                   (in_workspace.root / "main.py").as_uri())
     context = (await session.engine_request(result.uri))["projectContext"]
     assert context.counted.workspace > 0 and context.counted.open == 0
+    assert result.items and "WidgetRegistry(default_level=3" in result.applied()[0]
+
+
+async def test_other_open_documents_are_project_context(in_workspace: LanguageClient, tmp_path):
+    """A keyword that only another open document uses (a made-up name) is copied from it: the server
+    hands the open documents to the engine's cache model (the document itself is left out)."""
+    session: Session = in_workspace.session
+    sibling = ("def make_registry():\n    registry = WidgetRegistry(default_level=3, strict_mode=True)\n"
+               "    return registry\n")
+    session.open(sibling, (tmp_path / "widgets.py").as_uri())
+    result = await session.inline("from widgets import WidgetRegistry\n\n\ndef build():\n    registry = WidgetRegistry(█\n",
+                                  (tmp_path / "main.py").as_uri())
+    record = await session.engine_request(result.uri)
+    context = record["projectContext"]  # nested objects arrive as named tuples
+    assert context.counted.open > 0 and context.mixed_steps > 0
     assert result.items and "WidgetRegistry(default_level=3" in result.applied()[0]
