@@ -323,7 +323,8 @@ class Engine(DecodeLoop):
             ts = time.perf_counter()
             sem = monitors_at(prefix[: len(prefix) - len(start.heal)], plan.suffix, req.path, state,
                               self._required_arguments.for_path(c.required_arguments, req.path),
-                              member_access=c.member_access, domain_vocabulary=c.domain_vocabulary)
+                              member_access=c.member_access, domain_vocabulary=c.domain_vocabulary,
+                              multiline=plan.multiline)
             start.sem_start = (state.copy(), sem.copy())
             result.semantics = describe(sem)
             start.sem = sem if sem.active else None

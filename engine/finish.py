@@ -31,6 +31,7 @@ from . import lexing
 from .api import Completion
 from .lexing import automaton as pylex
 from .monitors.base import PROSE_MODES, ident_char
+from .monitors.block_header import BlockHeader
 from .validate import finish_line, judge, longest_valid
 
 CLOSERS = frozenset(")]}'\":;, ")
@@ -243,7 +244,40 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     if cur.lex is not None and cur.validate and not cur.multiline and not result.cancelled \
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
-    return text
+    return _header_kept(cur, pieces, text, result)
+
+
+def _header_kept(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:
+    """A line the block-header rule judges (the next line is indented deeper, issue #16 R2/R3)
+    ends opening the block or continuing into the deeper lines: a line finished or closed after
+    decoding (``d = f(x)`` before ``"host": ...``) is cut back to the longest piece prefix the
+    monitors accept there, or to nothing. Validation may not see it: the document was already
+    invalid there before the completion."""
+    start = cur.start
+    if start is None or not isinstance(start[1].member, BlockHeader) or not text:
+        return text
+
+    def kept(t: str) -> bool:
+        sem = start[1].copy()
+        state, refusal = sem.advance_state(start[0], (cur.heal + t).encode("utf-8"))
+        if refusal is not None or not sem.member.accepting():
+            return False
+        # a continuing line: an open bracket, a triple-quoted string or a backslash (the lexer's word)
+        if not sem.member.continues:
+            return True
+        if state.mode in PROSE_MODES and state.mode != pylex.COMMENT:
+            return bool(state.tri)  # in a string: only a triple-quoted one goes on to the next lines
+        return bool(state.brackets) or (state.mode != pylex.COMMENT and t.endswith("\\"))
+
+    if kept(text):
+        return text
+    for k in range(ends_at(pieces, text), -1, -1):
+        shorter = "".join(pieces[:k])
+        if len(shorter) < len(text) and (not shorter or kept(shorter)):
+            result.validation = "truncated" if shorter else "skipped"
+            result.semantics.pop("line_fix", None)
+            return shorter
+    return ""
 
 
 def _finish_line(cur: Cursor, generated: list[str], text: str, result: Completion) -> str:

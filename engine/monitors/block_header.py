@@ -33,38 +33,64 @@ class BlockHeader(MemberAccess):
       before the dict's items), a triple-quoted string or a backslash. So it is refused only
       where its logical line ends without continuing (a newline at bracket depth 0 in code or
       after a comment); whether a header ends with its ``:`` is left to the line finisher and
-      validation.
+      validation. In a multi-line completion (``multiline``) that line end is not refused: a
+      later line of the completion may open the block (it is then the line before the deeper one);
+      a line that went on past a line break of its own ends the rule.
 
     Fed every character (:attr:`NEEDS_DEPTH`) through :meth:`feed_at`."""
 
-    __slots__ = ("column", "continues", "next_indent")
+    __slots__ = ("column", "continues", "next_indent", "multiline", "ended", "open")
     RULE = "block-header"
     WHY = "the next line is indented deeper, so this line must open a block"
     NEEDS_DEPTH = True
 
-    def __init__(self, typed: str = "", column: int = 0, next_indent: int = 1 << 30):
+    def __init__(self, typed: str = "", column: int = 0, next_indent: int = 1 << 30, multiline: bool = False):
         super().__init__(HEADER_KEYWORDS, typed, "block header (the next line is indented deeper)")
         self.column = column  # indentation width before the line's first word, in columns
         self.next_indent = next_indent  # the next code line's indentation width
         self.continues = False  # a line that is no header: it must continue into the next lines
+        self.multiline = multiline  # the completion may write more lines after this one
+        self.ended = False  # multiline: a line that was no header ended; a later line must open the block
+        self.open = False  # the text so far ends inside a bracket, a string or after a backslash
 
     def copy(self) -> BlockHeader:
         new = super().copy()
         new.column, new.next_indent, new.continues = self.column, self.next_indent, self.continues
+        new.multiline, new.ended, new.open = self.multiline, self.ended, self.open
         return new
+
+    def _track_open(self, ch: str, depth: int, code: bool, comment: bool) -> None:
+        """Does the text end continuing its line after ``ch``? Inside brackets (``depth`` after
+        ``ch``), a string (``ch`` not code, or a quote), or right after a backslash; not in a
+        comment. Errs towards open: whether the document is valid there is validation's call."""
+        if comment or (code and ch == "#"):
+            self.open = False
+        elif not code or ch in "'\"\\":
+            self.open = True
+        else:
+            self.open = depth + (ch in "([{") - (ch in ")]}") > 0
 
     def feed_at(self, ch: str, depth: int, code: bool, comment: bool) -> Refusal | None:
         """One character with the lexer's bracket ``depth`` before it; ``code``: it is code;
         ``comment``: the lexer is inside a comment."""
         if self.continues:
             if ch == "\n" and depth == 0 and (code or comment):
+                if self.multiline:  # more lines may follow: the last one must open the block
+                    self.continues, self.ended, self.typed, self.column = False, True, "", 0
+                    return None
                 self.done = True
                 return Refusal(self.RULE, f"{self.WHY}; a line that is no compound statement must continue "
                                           "into it (an open bracket, a triple-quoted string or a backslash)")
+            if ch == "\n" and self.multiline:
+                self.done = True  # the line went on to lines of the completion's own: they precede the deeper one
+            self._track_open(ch, depth, code, comment)
             return None
         if self.done or not code:
             return None
         if not self.typed and ch in "\r\n#":
+            if self.ended and ch != "#":
+                self.column = 0  # a blank line after one that did not open the block: the next may
+                return None
             self.done = True  # a blank or comment-only line: the tokenizer skips it
             return None
         if not self.typed and ch in " \t":
@@ -85,18 +111,25 @@ class BlockHeader(MemberAccess):
         return self.feed_at(ch, 0, True, False)
 
     def accepting(self) -> bool:
-        return not self.continues and (self.done or not self.typed or self._is_member(self.typed))
+        """May the completion stop here? After a header's first word, a line as deep as the next
+        one, or a line that continues into the deeper ones (``d = {``); not in a line that must
+        still open the block."""
+        if self.continues:
+            return self.open
+        return self.done or (not self.typed and not self.ended) or self._is_member(self.typed)
 
 
 _INDENT_RE = re.compile(r"[ \t]*")
 
 
-def block_header_at(prefix: str, suffix: str, state: Lex) -> BlockHeader | None:
+def block_header_at(prefix: str, suffix: str, state: Lex, multiline: bool = False) -> BlockHeader | None:
     """A :class:`BlockHeader` monitor when the completion at the end of ``prefix`` writes the start
     of a line that must open a block: the cursor line holds only indentation and a partial word,
     nothing follows the cursor on that line, no bracket or backslash continues an earlier line,
     and the next non-blank, non-comment line of ``suffix`` is indented deeper than the cursor line
-    (its indentation extends the cursor line's). None otherwise."""
+    (its indentation extends the cursor line's). ``multiline``: the completion may write more
+    lines (then a line that ends without opening the block is not refused: a later one may).
+    None otherwise."""
     line = prefix[prefix.rfind("\n") + 1:]
     indent = _INDENT_RE.match(line).group(0)
     typed = line[len(indent):]
@@ -116,6 +149,6 @@ def block_header_at(prefix: str, suffix: str, state: Lex) -> BlockHeader | None:
             continue
         nxt = _INDENT_RE.match(next_line).group(0)
         if len(nxt) > len(indent) and nxt.startswith(indent):
-            return BlockHeader(typed, indent_width(indent), indent_width(nxt))
+            return BlockHeader(typed, indent_width(indent), indent_width(nxt), multiline)
         return None
     return None

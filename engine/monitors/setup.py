@@ -50,11 +50,13 @@ class RequiredArgumentTables:
 
 
 def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, policies: PolicyTable, *,
-                member_access: bool = True, domain_vocabulary=(), names: bool = True) -> Semantics:
+                member_access: bool = True, domain_vocabulary=(), names: bool = True,
+                multiline: bool = False) -> Semantics:
     """The semantic monitors for a completion at the end of ``prefix`` (lexer ``state`` there; the
     document is ``prefix + suffix``, ``path`` its file or None): the slots of the call the cursor is
     in, member access after ``name.`` (or the block-header rule), and a resolver for calls the
-    completion opens, and (``names``) the names monitor. In a string or comment: no monitor."""
+    completion opens, and (``names``) the names monitor. In a string or comment: no monitor.
+    ``multiline``: the completion may write several lines (the block-header rule then judges its last)."""
     sem = Semantics(source=prefix)
     if state.mode in PROSE_MODES:
         return sem
@@ -62,7 +64,7 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
     if names:
         sem.names = names_monitor(prefix, suffix, len(state.brackets))
     if expects_errors(prefix):
-        return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary)
+        return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline)
     memo: dict = {}
 
     def resolver(text: str, paren: int):
@@ -79,7 +81,7 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
             slots, sem.suffix_closes = call_slots_at(spec, prefix, call[1], suffix, state)
             if slots is not None:
                 sem.calls.append(slots)
-    return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary)
+    return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline)
 
 
 _ERROR_BLOCK = re.compile(r"^[ \t]*(?:async[ \t]+)?with\b.*(?:\.assertRaises\w*|\braises)[ \t]*\(")
@@ -106,11 +108,11 @@ def expects_errors(prefix: str, lookback: int = 40) -> bool:
 
 
 def _member_or_header(sem: Semantics, prefix: str, suffix: str, path, state, member_access: bool,
-                      domain_vocabulary) -> Semantics:
+                      domain_vocabulary, multiline: bool = False) -> Semantics:
     """Add member access after ``name.``, or the block-header rule, to ``sem``."""
     source = prefix + suffix
     m = _MEMBER_RE.search(prefix[-300:])
-    header = block_header_at(prefix, suffix, state)
+    header = block_header_at(prefix, suffix, state, multiline)
     if header is not None:
         sem.member = header  # the indentation after the cursor line asks for a compound statement
     elif member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS):

@@ -23,3 +23,15 @@ class Config:
     def describe(self):
 
         return self.name
+
+
+def nested(path):
+    try:
+
+        with open(path) as handle:
+
+            return handle.read()
+
+    except OSError:
+
+        return ""

@@ -29,3 +29,26 @@ def compose(a, b):
         first=1,
         second=2)
     return cmd, text, ok, data
+
+
+def headers_and_values(items, key):
+    if (key
+            and items):
+        found = {
+            item for item in items
+            if item}
+    else:
+        found = set()
+    return (
+        found)
+
+
+class Table:
+    rows = [
+        (1, "one"),
+    ]
+
+    @staticmethod
+    def lookup(
+            key):
+        return key
