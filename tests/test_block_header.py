@@ -4,6 +4,7 @@ line that continues into the deeper ones (``d = {``) is a place to stop."""
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -115,9 +116,10 @@ def _buffer(kind: str, tmp_path: Path) -> tuple[Path, int, int]:
 
 @pytest.mark.parametrize("kind", list(R2_R3_KIND))
 def test_r2_r3_cli_never_forces_a_header_that_breaks_the_body(capsys, tmp_path, kind):
-    """R2: a body statement, or a header the model chose (never one forced on it); R3: nothing or
-    the head of the bracket the deeper lines continue. What the CLI gives compiles, in one and in
-    several lines (the forced shapes are tested exactly above and in tests/test_slots.py)."""
+    """R2: a body statement, or a header the model chose (never one forced on it: ``def g():`` at
+    column 0 is real code too); R3: nothing or the head of the bracket the deeper lines continue.
+    What the CLI gives parses, in one and in several lines (the forced shapes are tested exactly
+    above and in tests/test_slots.py)."""
     path, line, col = _buffer(kind, tmp_path)
     source = path.read_text()
     lines = source.split("\n")
@@ -129,4 +131,4 @@ def test_r2_r3_cli_never_forces_a_header_that_breaks_the_body(capsys, tmp_path, 
         if not out:
             continue
         document = source[:offset] + out + source[offset:]
-        compile(document, str(path), "exec")  # the block-header rule allowed only what fits the deeper lines
+        ast.parse(document)  # the block-header rule allowed only what fits the deeper lines
