@@ -64,7 +64,7 @@ class ConstraintSettings:
 class ContextSettings:
     """Project context: the nested cache n-gram model (:mod:`engine.context`)."""
 
-    cache_model: bool = False  # (off until tiny documents stop over-trusting it, see docs/benchmarks.md) mix the cache's next-token estimate into the model's logits (before the token mask)
+    cache_model: bool = True  # mix the cache's next-token estimate into the model's logits (before the token mask)
     cache_weight: float = 0.85  # the mixture weight at full cache confidence (scaled by the confidence per step)
     open_documents: bool = True  # the other open documents are a scope
     workspace: bool = True  # a slice of the workspace's Python files is a scope (.gitignore respected)

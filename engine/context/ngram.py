@@ -220,6 +220,9 @@ class Prediction:
 EMPTY = Prediction([], [], 0.0, 0)
 
 
+PSEUDO_COUNT = 2  # added to a context's count before it earns confidence (one sighting: 1/4, not 1/2)
+
+
 class NestedCache:
     """Scopes of :class:`NgramCounts`, innermost first (e.g. ``document``, ``open``, ``workspace``).
 
@@ -255,7 +258,8 @@ class NestedCache:
             chain = counts.chain(suffixes)
             if len(chain) - 1 >= self.scope_min_context.get(name, self.min_context):
                 _, c, t = chain[-1]
-                active.append((counts, chain, c / (c + t)))
+                # Witten-Bell's confidence with a pseudo-count: a context seen once is weak evidence
+                active.append((counts, chain, c / (c + t + PSEUDO_COUNT)))
         if not active:
             return EMPTY
         cands: list[int] = []
