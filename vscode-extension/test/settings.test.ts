@@ -26,6 +26,7 @@ describe('syncSections', () => {
     it('pushes the server groups, not the client-only settings', () => {
         assert.deepEqual(syncSections(keys), [
             'fsmComplete.constraints',
+            'fsmComplete.context',
             'fsmComplete.generation',
             'fsmComplete.logLevel',
             'fsmComplete.model',
@@ -36,7 +37,7 @@ describe('syncSections', () => {
 describe('serverSettings', () => {
     it('nests dotted keys into the camelCase tree the server reads', () => {
         const defaults = serverSettings(keys, (key) => properties[`fsmComplete.${key}`].default);
-        assert.deepEqual(Object.keys(defaults).sort(), ['constraints', 'generation', 'logLevel', 'model']);
+        assert.deepEqual(Object.keys(defaults).sort(), ['constraints', 'context', 'generation', 'logLevel', 'model']);
         assert.equal(lookup(defaults, 'generation.maxTokens'), 48);
         assert.equal(lookup(defaults, 'generation.topP'), 0.95);
         assert.equal(lookup(defaults, 'constraints.validate'), true);
