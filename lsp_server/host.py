@@ -304,7 +304,7 @@ class EngineHost:
             t0 = time.perf_counter()
             request = convert.to_engine_request(
                 cursor, single_line=single_line, trigger_character=trigger_character, cancel=cancel,
-                path=convert.document_path(doc.uri), project=self._server.project.context(self._server.documents),
+                path=convert.document_path(doc.uri), project=self._server.project.context(self._server.documents, doc.uri),
             )
             # what the engine's prompt sees around the cursor (line breaks normalised)
             record = EngineRequestRecord(id=msg_id, version=version, offset=cursor.offset,
@@ -335,7 +335,7 @@ class EngineHost:
         if engine is None:
             return None
         request = convert.to_engine_request(cursor, cancel=threading.Event(), path=convert.document_path(doc.uri),
-                                            project=self._server.project.context(self._server.documents))
+                                            project=self._server.project.context(self._server.documents, doc.uri))
         record = EngineRequestRecord(id=self._server.protocol.msg_id, version=doc.version, offset=cursor.offset,
                                      explain=True)
         completion = await self._decode(engine, request, record)
