@@ -19,7 +19,7 @@ from engine.monitors.names import (
     names_code,
     names_monitor,
 )
-from engine.pylex import lex_text
+from engine.lexing.automaton import lex_text
 
 FUNC = "import os\n\n\ndef load(path, mode):\n    █\n    return path\n"
 OPEN = "import os\n\n\ndef load(path):\n    with open(█\n"

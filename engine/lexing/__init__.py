@@ -3,7 +3,7 @@
 * :mod:`~engine.lexing.vocabulary` - the lexical vocabulary, spelled once: string prefixes (incl.
   PEP 750 ``t``), brackets, keyword classes, the indentation width rule.
 * :mod:`~engine.lexing.automaton` - the *strict* character automaton: accepts exactly the prefixes
-  of lexically valid Python (the token mask's ground truth; ``engine.pylex`` is an alias of it).
+  of lexically valid Python (the token mask's ground truth).
 * :mod:`~engine.lexing.prefix` - the incremental prefix lexer (the automaton's state after a
   document prefix, relexing only what typing changed).
 * :mod:`~engine.lexing.scanner` - the *tolerant* context scanner for half-typed code: code /
