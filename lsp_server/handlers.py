@@ -27,7 +27,7 @@ DOCUMENT_TEXT = "fsmComplete/documentText"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> ``{"text": str, "version": int}`` or null."""
 LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> what the engine last saw for that document
-and, once decoding ended, how (:class:`lsp_server.host.EngineRequestRecord`, camelCase keys: ``offset``
+and, once decoding ended, how (:class:`lsp_server.record.EngineRequestRecord`, camelCase keys: ``offset``
 in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``, ``tokens``, ``stopReason``,
 ``cancelled``, ``promptTokens``, ``reusedTokens``, ``projectContext``, ...); null when it saw nothing."""
 EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
