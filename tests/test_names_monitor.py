@@ -136,9 +136,36 @@ def test_a_name_the_completion_binds_may_be_loaded_after():
 
 
 def test_the_users_own_words_are_not_judged():
-    """A word the user started before the cursor is the user's (even when bound nowhere)."""
-    assert run("def f():\n    return selt█\n", ".x\n")[0] is None
-    assert run("def f():\n    return sel█\n", "t.x\n")[0] is None
+    """A word the user finished before the cursor is the user's (even when bound nowhere)."""
+    assert run("def f():\n    x = selt.y + █\n", "1\n")[0] is None
+    assert run("def f():\n    print(undefined_thing, █\n", "1)\n")[0] is None
+
+
+@pytest.mark.parametrize("buffer,completion,refused", [
+    ("def f():\n    return sel█\n", "t.x\n", "selt"),  # issue #12: `selt` bound nowhere
+    ("def f():\n    return selt█\n", ".x\n", "selt"),  # its own occurrence at the cursor binds nothing
+    ("class C:\n    def go(self):\n        return suppor█\n", "_time(self)\n", "suppor_time"),
+    ("def f():\n    return sel█ + 1\n", "t.x", "selt"),  # word characters after the cursor are not a binding
+    ("def f(self):\n    return sel█\n", "f.x\n", None),
+    ("def f(support_time):\n    return suppor█\n", "t_time\n", None),
+    ("def f():\n    resu█\n", "lt = 1\n", None),  # the half-typed word becomes a new binding
+    ("import os\n\n\ndef f():\n    return o█\n", "s.sep\n", None),
+    ("def f():\n    return selt█\n    selt = 1\n", ".x\n", None),  # bound elsewhere in the document
+])
+def test_a_half_typed_word_is_judged_with_what_the_completion_adds(buffer, completion, refused):
+    """The word at the cursor that the completion finishes (``suppor`` + ``_time``) is judged like
+    a word the completion wrote; a half-typed word alone does not make itself known."""
+    refusal, _, _ = run(buffer, completion)
+    if refused is None:
+        assert refusal is None, refusal
+    else:
+        assert refusal is not None and repr(refused) in refusal.detail, refusal
+
+
+def test_an_empty_completion_after_a_half_typed_word_may_end():
+    """Nothing added: the user's word stands as typed (the completion may be empty)."""
+    refusal, _, monitor = run("def f():\n    return suppor█\n", "")
+    assert refusal is None and monitor.accepting()
 
 
 def test_dynamic_namespaces_get_no_monitor():

@@ -85,6 +85,7 @@ class NamesMonitor:
         "stack",
         "stmt",
         "target_ok",
+        "typed",
         "word",
         "word_dot",
         "word_user",
@@ -97,6 +98,7 @@ class NamesMonitor:
         self.word = ""  # the identifier being written
         self.word_dot = False  # ... after a '.' (an attribute: the member monitor's business)
         self.word_user = False  # ... started by the user (replayed): never judged
+        self.typed = ""  # the half-typed word at the cursor that the completion goes on writing (judged)
         self.decide: tuple | None = None  # (name, depth, user): ended, waiting for what follows it
         self.op = ""  # operator characters after ``decide`` (``=``, ``==``, ``+=``, ``:``...)
         self.prev = "\n"  # the last significant token: a keyword, "name", "value", or an operator char
@@ -208,7 +210,7 @@ class NamesMonitor:
 
     def _end_word(self, depth: int) -> None:
         word, dot, user = self.word, self.word_dot, self.word_user
-        self.word = ""
+        self.word = self.typed = ""
         if word[0].isdigit():
             self.prev = "value"
         elif word in KEYWORDS:
@@ -365,7 +367,7 @@ class NamesMonitor:
     def accepting(self) -> bool:
         """May the completion end here? Not right after a name (or with deferred names) bound
         nowhere: the text after the cursor cannot bind a name the completion wrote."""
-        name = self.word if self.word and not (self.word_dot or self.word_user) else ""
+        name = self.word if self.word and not (self.word_dot or self.word_user) and self.word != self.typed else ""
         if self.decide is not None and not self.decide[2]:
             name = self.decide[0]
         if name and not (name[0].isdigit() or name in KEYWORDS or self.is_bound(name) or self.stmt):
@@ -401,10 +403,27 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
         monitor = _replay(prefix[start:], known)
         if monitor is not None and len(monitor.stack) == depth:
             monitor.replay = False
+            if monitor.word and not monitor.word_dot:
+                _judge_cursor_word(monitor, prefix, suffix)
             return monitor
         if start == 0:
             break
     return None
+
+
+def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str) -> None:
+    """The user stopped in the middle of a name (``suppor█``): the word the completion finishes is
+    judged like one it wrote (``suppor`` + ``_time`` must be bound, or bind), and the half-typed
+    word itself is known only if the document uses it elsewhere (its own occurrence at the cursor,
+    with any word characters right after the cursor, is left out of the table)."""
+    head = len(suffix) - len(suffix.lstrip(_WORD_CHARS)) if suffix[:1] in _WORD_CHARS else 0
+    names = document_names(prefix[:len(prefix) - len(monitor.word)] + " " + suffix[head:])
+    monitor.known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
+    monitor.word_user = False
+    monitor.typed = monitor.word
+
+
+_WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 
 
 def _replay(text: str, known: frozenset) -> NamesMonitor | None:
