@@ -3,9 +3,9 @@
 :func:`scan` reads a document *prefix* (the text before the cursor) and says what the end of it is
 in: code, a string literal, a comment, or an f-string (or PEP 750 t-string) replacement field, its
 code or its format spec (PEP 701); which brackets are open there (with their offsets); where the
-string at the cursor starts and with which prefix and quote. :func:`cursor_context` is the short
-answer the server needs, :func:`clip_to_context` cuts a completion to the string or comment it is
-typed in, and :mod:`engine.lexing.calls` finds the call and callee at the cursor from a scan.
+string at the cursor starts and with which prefix and quote. :mod:`engine.lexing.context` gives the short
+answer an editor needs and cuts a completion to the string or comment it is typed in, and
+:mod:`engine.lexing.calls` finds the call and callee at the cursor from a scan.
 
 Unlike the strict automaton (:mod:`engine.lexing.automaton`, which rejects invalid text) the scanner
 is *total*: it never raises and recovers the way CPython's tokenizer does, so that one broken line
@@ -28,7 +28,6 @@ import bisect
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from ..text import common_prefix
 from .vocabulary import CLOSER_TO_OPENER, FIELD_PREFIX_LETTERS, PREFIX_CHARS, STATEMENT_ONLY_KEYWORDS
@@ -410,74 +409,3 @@ class _ScanCache:
 
 
 _SCANS = _ScanCache()
-
-
-
-
-# ------------------------------------------------------------------------------------------------
-# the server's view: code, comment or string at the cursor, and clipping a completion to it
-
-CODE = "code"
-COMMENT = "comment"
-STRING = "string"
-
-
-@dataclass(frozen=True)
-class Context:
-    """The lexical context at the cursor, as an editor needs it.
-
-    ``kind``: ``"code"`` (also the code of an f-string replacement field: ``field`` is then True),
-    ``"comment"`` or ``"string"`` (also a replacement field's format spec, which is literal text:
-    ``spec`` is then True). For strings ``quote`` is the delimiter (``'``, ``"``, ``'''`` or
-    ``\"\"\"``) and ``fstring`` whether ``{`` would start code (f- and t-strings)."""
-
-    kind: str
-    quote: str = ""
-    fstring: bool = False
-    field: bool = False
-    spec: bool = False
-
-
-def context_of(sc: Scan) -> Context:
-    """The :class:`Context` at the end of a scan."""
-    if sc.context == "comment":
-        return Context(COMMENT)
-    if sc.context == "string":
-        fstring = not FIELD_PREFIX_LETTERS.isdisjoint(sc.string_prefix)
-        return Context(STRING, sc.string_quote, fstring)
-    if sc.in_spec:
-        f = next(e for e in reversed(sc.stack) if e[0] == "F")
-        return Context(STRING, f[2], True, field=True, spec=True)
-    return Context(CODE, field=sc.context == "field")
-
-
-def cursor_context(prefix: str) -> Context:
-    """The :class:`Context` at the end of ``prefix`` (the document text before the cursor)."""
-    return context_of(scan(prefix))
-
-
-def clip_to_context(text: str, context: Context, line_suffix: str = "") -> str:
-    """Cut an inline completion so that it stays inside the comment or string at the cursor.
-
-    In a comment it ends at the first line break. In a one-line string it ends at the first line
-    break or quote character, except that a string the rest of the line (``line_suffix``) does
-    not close may be closed by the completion: then it ends just after that quote. In a
-    triple-quoted string it ends at the closing triple quote; in the literal part of an f-string
-    (or a format spec) also at the first brace (which would start or end a field). In code,
-    unchanged.
-    """
-    if context.kind == CODE:
-        return text
-    cuts = []
-    if context.kind == COMMENT or len(context.quote) == 1:
-        cuts += [text.find("\n"), text.find("\r")]
-    if context.kind == STRING:
-        quote = context.quote
-        at = text.find(quote[0] if len(quote) == 1 else quote)
-        if at >= 0 and len(quote) == 1 and quote not in line_suffix and not context.spec:
-            at += 1  # the string is open to the end of the line: closing it is not early
-        cuts.append(at)
-        if context.fstring:
-            cuts += [text.find("{"), text.find("}")]
-    cuts = [c for c in cuts if c >= 0]
-    return text[: min(cuts)] if cuts else text
