@@ -66,7 +66,8 @@ class Project:
             if stop.is_set():
                 return 0
             self.workspace = texts  # requests skip syncing while this sync runs (they never wait for it)
-            return engine.sync_context(self.context(documents), stop=stop)
+            # the workspace scope only: the open documents are synced by each request, without its own
+            return engine.sync_context(self.context(documents), stop=stop, scopes=("workspace",))
 
         def done(future) -> None:
             if future.cancelled() or future.exception() is not None:
