@@ -218,3 +218,27 @@ def test_completions_write_no_new_undefined_name(engine, buffer):
         pytest.skip(f"the completion is not a whole statement here: {result.text!r}")
     new = undefined(done) - document_names(prefix + suffix).names  # undefined names the document lacked
     assert not new, (new, result.text)
+
+
+HALF_TYPED = [
+    "import os\n\n\ndef f(timeout):\n    if n█\n    return 1\n",  # the bench wrote `:` -> `if n:`
+    "import time\n\n\ndef check(self):\n    with suppor█\n        time.sleep(0)\n",
+]
+
+
+@pytest.mark.parametrize("buffer", HALF_TYPED)
+def test_a_half_typed_unbound_word_is_not_finished_into_valid_code(engine, buffer):
+    """Line finishing and closing append text after decoding; the monitors have the last word on
+    it, so a word the user is still typing, bound nowhere, is never closed into code that compiles
+    and loads it (before: ``if n`` + ``:``, an unbound name behind valid syntax)."""
+    from engine.api import CompletionRequest
+
+    prefix, suffix = buffer.split("█")
+    word = prefix.split()[-1]
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    done = prefix + result.text + suffix[result.replace_suffix:]
+    try:
+        ast.parse(done)
+    except SyntaxError:
+        return  # nothing that compiles: the user goes on typing
+    assert word not in undefined(done), (result.text, result.validation)
