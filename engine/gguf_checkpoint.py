@@ -142,9 +142,9 @@ def hf_config(ckpt: GgufCheckpoint) -> dict:
     if scaling not in ("none", "linear"):
         raise ModelError(f"{ckpt.path}: RoPE scaling {scaling!r} is not supported by the own decoder (none, linear); "
                          "pass a Hugging Face checkpoint directory of this model")
-    rope = {"rope_theta": float(key("rope.freq_base", 10000.0)), "rope_type": "default"}
+    rope = {"rope_theta": _decimal(key("rope.freq_base", 10000.0)), "rope_type": "default"}
     if scaling == "linear":
-        rope.update(rope_type="linear", factor=float(key("rope.scaling.factor", 1.0)))
+        rope.update(rope_type="linear", factor=_decimal(key("rope.scaling.factor", 1.0)))
     config = {
         "model_type": ARCHITECTURES[arch],
         "name_or_path": ckpt.name,
@@ -155,7 +155,7 @@ def hf_config(ckpt: GgufCheckpoint) -> dict:
         "num_attention_heads": heads,
         "num_key_value_heads": int(key("attention.head_count_kv", heads)),
         "head_dim": head_dim,
-        "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon", 1e-6)),
+        "rms_norm_eps": _decimal(key("attention.layer_norm_rms_epsilon", 1e-6)),
         "max_position_embeddings": int(key("context_length", 2048)),
         "rope_parameters": rope,
         "hidden_act": "silu",
@@ -167,6 +167,11 @@ def hf_config(ckpt: GgufCheckpoint) -> dict:
     if template:
         config["fim_template"] = str(template)
     return config
+
+
+def _decimal(value) -> float:
+    """A float32 metadata value as the decimal it was written from (``1e-05``, not ``9.99999974e-06``)."""
+    return float(f"{float(value):.7g}")
 
 
 def unpermute_qk(w: torch.Tensor, heads: int) -> torch.Tensor:
