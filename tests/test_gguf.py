@@ -243,3 +243,27 @@ def test_ollama_model_resolves_in_the_local_store(tmp_path, files, monkeypatch):
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "nowhere"))
     with pytest.raises(ModelError, match="no Ollama model store.*OLLAMA_MODELS"):
         load_model("ollama:tiny:q8", "cpu")
+
+
+def test_cli_shows_the_model_and_takes_the_template(files):
+    """``complete --json`` and ``explain`` (real processes) name the model, its size, dtype, device,
+    vocabulary and FIM template; ``--fim-template`` overrides the guess, a wrong one exits with the fix."""
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "fsm_complete.cli", *args], input="import os\nos.\n",
+                              capture_output=True, text=True, timeout=300)
+
+    proc = run("complete", "-:2:4", "--json", "--model", str(files["plain"]), "--device", "cpu", "--max-tokens", "4")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)["model_info"]
+    assert {k: info[k] for k in ("format", "quantization", "dtype", "device", "vocab_size", "parameters")} == {
+        "format": "gguf", "quantization": "F16", "dtype": "float32", "device": "cpu", "vocab_size": 8192,
+        "parameters": 6450432}
+    assert (info["fim_template"], info["fim_source"]) == ("starcoder", "metadata")
+    proc = run("explain", "-:2:4", "--model", str(files["plain"]), "--fim-template", "fsm-complete")
+    assert proc.returncode == 0, proc.stderr
+    assert "FIM template `fsm-complete` (setting)" in proc.stdout and "6.5 M parameters (GGUF F16)" in proc.stdout
+    proc = run("complete", "-:2:4", "--model", str(files["plain"]), "--fim-template", "deepseek")
+    assert proc.returncode == 1 and "FIM template 'deepseek' needs" in proc.stderr
