@@ -1,8 +1,10 @@
 """GGUF checkpoints (llama.cpp, Ollama, LM Studio, llama.vscode) on the own decoder (:mod:`engine.llama`).
 
-A ``.gguf`` file holds the architecture, the tokenizer and the tensors of one model. It is read with
-ggml's own ``gguf`` package (``GGUFReader``: a memory map, nothing executed) and turned into what a
-Hugging Face checkpoint directory gives the engine:
+A ``.gguf`` file holds the architecture, the tokenizer and the tensors of one model. Its metadata and
+tensor table are read with transformers' GGUF reader (a memory map walked with ``struct``: a 150k-token
+vocabulary in under a second, where the ``gguf`` package's ``GGUFReader`` takes 14 s on this
+project's CPU), its tensors dequantised with ggml's own ``gguf`` package; nothing in the file is
+executed. It is turned into what a Hugging Face checkpoint directory gives the engine:
 
 - the architecture: ``general.architecture`` ``llama`` (Llama, Mistral, CodeLlama) or ``qwen2``
   (Qwen2, Qwen2.5-Coder); the ``{arch}.*`` keys become a ``config.json``-style dict for
@@ -24,7 +26,9 @@ Hugging Face checkpoint directory gives the engine:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +42,7 @@ log = logging.getLogger(__name__)
 GGUF_MAGIC = b"GGUF"
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}  # general.architecture -> transformers model_type
 TEMPLATE_KEY = "fsm_complete.fim_template"  # a FIM template name (engine/fim.py TEMPLATES) the file declares
+STRING_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")  # string arrays read in full
 
 
 def is_gguf(path: Path) -> bool:
@@ -51,64 +56,73 @@ def is_gguf(path: Path) -> bool:
 
 @dataclass
 class GgufCheckpoint:
-    """One GGUF file's metadata, read without its tensor data (:func:`read_checkpoint`)."""
+    """One GGUF file's metadata and tensor table, read without its tensor data (:func:`read_checkpoint`)."""
 
     path: Path
-    reader: object  # gguf.GGUFReader (tensor data stays memory-mapped until :func:`load_weights`)
-    architecture: str  # general.architecture
-    name: str  # general.name, else the file name without .gguf
-    file_type: str  # "F16", "Q8_0", "Q4_K_M", ... (general.file_type), else the most common tensor type
-    config: dict  # config.json-style: model_type, sizes, RoPE, fim_template (engine.llama.DecoderConfig.from_dict)
+    metadata: dict  # key -> str, number, bool or list (tokens and merges in full; other string arrays as counts)
+    tensors: tuple  # transformers' TensorInfo: name, shape (torch order), ggml_type, offset, nbytes
+    data_start: int  # byte offset of the tensor data section
+    architecture: str = ""  # general.architecture
+    name: str = ""  # general.name, else the file name without .gguf
+    file_type: str = ""  # "F16", "Q8_0", "Q4_K_M", ... (general.file_type), else the most common tensor type
+    config: dict = field(default_factory=dict)  # config.json-style (engine.llama.DecoderConfig.from_dict)
 
-    def field(self, key: str, default=None):
-        """The metadata value under ``key`` (a str, number, bool or list), else ``default``."""
-        f = self.reader.get_field(key)
-        return default if f is None else f.contents()
+    def value(self, key: str, default=None):
+        """The metadata value under ``key``, else ``default``."""
+        return self.metadata.get(key, default)
 
 
 def read_checkpoint(path: Path) -> GgufCheckpoint:
-    """Read the metadata of the GGUF file ``path``. Raises ModelError when it is not a readable GGUF
-    file (naming the fix for a truncated or corrupt download) or its architecture is not one of
-    :data:`ARCHITECTURES`."""
-    from gguf import GGUFReader
+    """Read the metadata and tensor table of the GGUF file ``path`` (transformers' GGUF reader: a
+    memory map walked with ``struct``; the ``gguf`` package's ``GGUFReader`` takes seconds per
+    100k-token vocabulary). Raises ModelError when it is not a readable GGUF file (naming the fix for
+    a truncated or corrupt download), holds a tensor type nothing here dequantises, or its
+    architecture is not one of :data:`ARCHITECTURES`."""
+    from transformers.integrations.gguf.reader import GgufHeader, read_gguf_metadata
 
     path = Path(path)
     size = path.stat().st_size
     try:
-        reader = GGUFReader(path)
-    except (ValueError, IndexError, OSError, UnicodeDecodeError, TypeError) as exc:
-        raise ModelError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc}); it is truncated or "
-                         "corrupt: download it again (or pass a Hugging Face checkpoint directory)") from exc
-    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+        header = GgufHeader.from_file(str(path))
+        metadata, _ = read_gguf_metadata(str(path), STRING_ARRAYS)
+    except ValueError as exc:
+        if "ggml type" in str(exc):
+            raise ModelError(f"{path}: {exc} Choose a file quantised as Q8_0, Q6_K, Q5_K_M, Q4_K_M or F16") from exc
+        raise ModelError(f"{path} is not a readable GGUF file ({exc}); download it again") from exc
+    except (IndexError, OSError, UnicodeDecodeError, struct.error, KeyError) as exc:
+        raise ModelError(f"{path} is truncated or corrupt: its metadata cannot be read ({type(exc).__name__}: "
+                         f"{exc}); download it again (an interrupted download leaves such a file)") from exc
+    end = max((header.data_start + t.offset + t.nbytes for t in header.tensors), default=0)
     if end > size:
         raise ModelError(f"{path} is truncated: its tensors need {end:,} bytes, the file has {size:,}; download it "
                          "again (an interrupted download leaves such a file)")
-    ckpt = GgufCheckpoint(path, reader, "", path.stem, "", {})
-    ckpt.architecture = str(ckpt.field("general.architecture", ""))
+    ckpt = GgufCheckpoint(path, metadata, header.tensors, header.data_start)
+    ckpt.architecture = str(ckpt.value("general.architecture", ""))
     if ckpt.architecture not in ARCHITECTURES:
         raise ModelError(f"{path} holds a {ckpt.architecture or 'unnamed'!r} model (general.architecture); GGUF files "
                          f"of the Llama family run here ({', '.join(ARCHITECTURES)}: Llama, CodeLlama, Mistral, Qwen2, "
                          "Qwen2.5-Coder). Choose a GGUF of one of those, or pass a Hugging Face checkpoint directory "
                          "of this model (transformers runs more architectures)")
-    ckpt.name = str(ckpt.field("general.name", "") or path.stem)
+    ckpt.name = str(ckpt.value("general.name", "") or path.stem)
     ckpt.file_type = _file_type(ckpt)
     ckpt.config = hf_config(ckpt)
     return ckpt
 
 
 def _file_type(ckpt: GgufCheckpoint) -> str:
-    from gguf import LlamaFileType
+    from gguf import GGMLQuantizationType, LlamaFileType
 
-    ftype = ckpt.field("general.file_type")
+    ftype = ckpt.value("general.file_type")
     if ftype is not None:
         try:
             return LlamaFileType(int(ftype)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             pass
     counts: dict[str, int] = {}
-    for t in ckpt.reader.tensors:
+    for t in ckpt.tensors:
         if len(t.shape) > 1:
-            counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + int(t.n_elements)
+            kind = GGMLQuantizationType(t.ggml_type).name
+            counts[kind] = counts.get(kind, 0) + math.prod(t.shape)
     return max(counts, key=counts.get) if counts else "?"
 
 
@@ -120,15 +134,15 @@ def hf_config(ckpt: GgufCheckpoint) -> dict:
     arch = ckpt.architecture
 
     def key(name: str, default=None, required: bool = False):
-        value = ckpt.field(f"{arch}.{name}", default)
+        value = ckpt.value(f"{arch}.{name}", default)
         if value is None and required:
             raise ModelError(f"{ckpt.path} has no {arch}.{name} in its metadata; the file is incomplete or from a "
                              "converter this loader does not know: convert the model again with llama.cpp's "
                              "convert_hf_to_gguf.py")
         return value
 
-    names = {t.name for t in ckpt.reader.tensors}
-    embed = next((t for t in ckpt.reader.tensors if t.name == "token_embd.weight"), None)
+    names = {t.name for t in ckpt.tensors}
+    embed = next((t for t in ckpt.tensors if t.name == "token_embd.weight"), None)
     if embed is None:
         raise ModelError(f"{ckpt.path} has no token_embd.weight tensor; the file is incomplete")
     heads = int(key("attention.head_count", required=True))
@@ -148,7 +162,7 @@ def hf_config(ckpt: GgufCheckpoint) -> dict:
     config = {
         "model_type": ARCHITECTURES[arch],
         "name_or_path": ckpt.name,
-        "vocab_size": int(embed.shape[-1]),  # ggml lists dimensions fastest first: [hidden, vocab]
+        "vocab_size": int(embed.shape[0]),  # [vocab, hidden]
         "hidden_size": hidden,
         "intermediate_size": int(key("feed_forward_length", required=True)),
         "num_hidden_layers": int(key("block_count", required=True)),
@@ -163,7 +177,7 @@ def hf_config(ckpt: GgufCheckpoint) -> dict:
         "attention_bias": "blk.0.attn_q.bias" in names,
         "mlp_bias": "blk.0.ffn_gate.bias" in names,
     }
-    template = ckpt.field(TEMPLATE_KEY)
+    template = ckpt.value(TEMPLATE_KEY)
     if template:
         config["fim_template"] = str(template)
     return config
@@ -221,22 +235,27 @@ def load_weights(ckpt: GgufCheckpoint, dtype: torch.dtype) -> dict[str, torch.Te
     cfg = ckpt.config
     names = tensor_names(ckpt.architecture, cfg["num_hidden_layers"])
     names[ROPE_FACTORS] = ROPE_FACTORS
+    blob = np.memmap(ckpt.path, mode="r", dtype=np.uint8)
     weights: dict[str, torch.Tensor] = {}
-    for t in ckpt.reader.tensors:
+    for t in ckpt.tensors:
         hf = names.get(t.name)
         if hf is None:
             log.debug("%s: tensor %s is not used", ckpt.path.name, t.name)
             continue
-        shape = tuple(reversed([int(d) for d in t.shape]))  # ggml: fastest dimension first
-        if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-            array = np.array(t.data)  # a copy out of the read-only map; F16 stays float16 until cast to dtype
-        else:
+        kind = GGMLQuantizationType(t.ggml_type)
+        start = ckpt.data_start + t.offset
+        raw = blob[start:start + t.nbytes]
+        if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            array = np.array(raw).view(np.float32 if kind == GGMLQuantizationType.F32 else np.float16)
+        else:  # blocks (and BF16) as bytes, one row of the last dimension per line, as the gguf package reads them
+            rows = math.prod(t.shape[:-1])
             try:
-                array = dequantize(t.data, t.tensor_type)
+                array = dequantize(raw.reshape(rows, t.nbytes // rows), kind)
             except NotImplementedError as exc:
-                raise ModelError(f"{ckpt.path}: tensor {t.name} is {t.tensor_type.name}, which the gguf package "
+                raise ModelError(f"{ckpt.path}: tensor {t.name} is {kind.name}, which the gguf package "
                                  f"cannot dequantise ({exc}); choose a file quantised as Q8_0, Q6_K, Q5_K_M, "
                                  "Q4_K_M or F16") from exc
+        shape = tuple(t.shape)
         tensor = torch.from_numpy(np.ascontiguousarray(array).reshape(shape))  # dequantised arrays are fresh copies
         tensor = tensor.float() if hf == ROPE_FACTORS else tensor.to(dtype)
         if ckpt.architecture == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
@@ -252,7 +271,7 @@ def declared_fim_tokens(ckpt: GgufCheckpoint, tokens: list[str]) -> FimTokens | 
 
     def token(*keys: str) -> str | None:
         for k in keys:
-            i = ckpt.field(f"tokenizer.ggml.{k}")
+            i = ckpt.value(f"tokenizer.ggml.{k}")
             if i is not None and 0 <= int(i) < len(tokens):
                 return tokens[int(i)]
         return None
@@ -273,19 +292,22 @@ def load_tokenizer(ckpt: GgufCheckpoint):
     the converter does not build."""
     from .tokenizer import FastTokenizer
 
-    tokens = ckpt.field("tokenizer.ggml.tokens")
-    model = ckpt.field("tokenizer.ggml.model")
+    tokens = ckpt.value("tokenizer.ggml.tokens")
+    model = ckpt.value("tokenizer.ggml.model")
     if not tokens or not model:
         raise ModelError(f"{ckpt.path} has no tokenizer (tokenizer.ggml.tokens / tokenizer.ggml.model); convert the "
                          "model again with llama.cpp's convert_hf_to_gguf.py, which writes it")
     spec = {"tokenizer_type": model, "tokens": tokens}
     for key, name in (("pre", "pre_tokenizer_type"), ("token_type", "token_type"), ("merges", "merges"),
                       ("scores", "scores"), ("add_space_prefix", "add_prefix_space")):
-        value = ckpt.field(f"tokenizer.ggml.{key}")
+        value = ckpt.value(f"tokenizer.ggml.{key}")
         if value is not None:
             spec[name] = value
     try:
-        from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+        try:
+            from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+        except ImportError:  # transformers before 5.2x keeps it beside the GGUF config tables
+            from transformers.integrations.ggml import convert_gguf_tokenizer
 
         backend, _ = convert_gguf_tokenizer(ckpt.architecture, spec)
     except Exception as exc:  # noqa: BLE001 (the converter raises ValueError, KeyError, ... for what it lacks)
@@ -295,10 +317,10 @@ def load_tokenizer(ckpt: GgufCheckpoint):
     special = {}
     for key, name in (("bos_token_id", "bos_token"), ("eos_token_id", "eos_token"), ("padding_token_id", "pad_token"),
                       ("unknown_token_id", "unk_token")):
-        i = ckpt.field(f"tokenizer.ggml.{key}")
+        i = ckpt.value(f"tokenizer.ggml.{key}")
         if i is not None and 0 <= int(i) < len(tokens):
             special[name] = tokens[int(i)]
-    types = ckpt.field("tokenizer.ggml.token_type") or []
+    types = ckpt.value("tokenizer.ggml.token_type") or []
     control = [tok for tok, kind in zip(tokens, types) if kind == 3]  # 3: CONTROL in llama.cpp's token types
     return FastTokenizer(backend, special, control, str(ckpt.path))
 
