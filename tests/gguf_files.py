@@ -25,12 +25,14 @@ FIM_IDS = {  # llama.cpp's FIM metadata keys -> the marker strings of the famili
 
 
 def write_gguf(checkpoint: Path, out: Path, qtype: str = "F16", *, fim: bool = True, architecture: str | None = None,
-               template: str | None = None) -> Path:
+               template: str | None = None, raw: dict | None = None) -> Path:
     """Write the checkpoint directory ``checkpoint`` (config.json, *.safetensors, tokenizer.json) as the
     GGUF file ``out``. ``qtype``: ``F32``, ``F16``, ``BF16`` or ``Q8_0`` for the 2-D weights (1-D
     tensors stay F32, as llama.cpp keeps them; rows that are no multiple of a quantisation block become F16). ``fim=False`` renames the FIM markers in the
     vocabulary and writes no FIM ids (a file without FIM tokens); ``architecture`` overrides
-    ``general.architecture``; ``template`` is written as ``fsm_complete.fim_template``."""
+    ``general.architecture``; ``template`` is written as ``fsm_complete.fim_template``; ``raw`` maps a
+    llama.cpp tensor name to ``(bytes [rows, bytes per row], type name)`` written instead of the
+    checkpoint's tensor (the K-quants, which the gguf package reads but cannot write)."""
     import gguf
     from safetensors.torch import load_file
 
@@ -71,6 +73,10 @@ def write_gguf(checkpoint: Path, out: Path, qtype: str = "F16", *, fim: bool = T
     for hf_name, tensor in weights.items():
         stem, _, suffix = hf_name.rpartition(".")
         name = f"{names.get_name(stem)}.{suffix}"
+        if raw and name in raw:
+            data, kind = raw[name]
+            writer.add_tensor(name, data, raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+            continue
         t = tensor.float()
         if arch == "llama" and (".q_proj." in hf_name or ".k_proj." in hf_name):
             t = permute_qk(t, heads if ".q_proj." in hf_name else kv_heads)

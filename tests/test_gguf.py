@@ -109,6 +109,27 @@ def test_embedded_model_q8_0_gguf_is_close(embedded, files):
     assert (got.argmax(-1) == want.argmax(-1)).float().mean().item() >= Q8_TOP1
 
 
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K", "Q4_0"])
+def test_k_quants_are_dequantised_row_by_row(tmp_path, kind):
+    """The K-quants (which the gguf package reads but cannot write): bytes of ``kind`` blocks in the
+    file come out of the loader as the gguf package dequantises them, in place of their tensor."""
+    import gguf
+    import numpy as np
+
+    from engine.gguf_checkpoint import load_weights, read_checkpoint
+
+    qtype = getattr(gguf.GGMLQuantizationType, kind)
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, (688, 256 // block * size), dtype=np.uint8)  # ffn_up: [intermediate 688, hidden 256]
+    data[:, 1::2] &= 0x3B  # every odd byte (so the high byte of each float16 scale) small: finite scales
+    path = write_gguf(DEFAULT_MODEL_DIR, tmp_path / f"{kind}.gguf", "F16", raw={"blk.0.ffn_up.weight": (data, kind)})
+    ckpt = read_checkpoint(path)
+    got = load_weights(ckpt, torch.float32)["model.layers.0.mlp.up_proj.weight"]
+    want = torch.from_numpy(gguf.quants.dequantize(data, qtype))
+    assert got.shape == (688, 256) and torch.equal(got, want)
+
+
 @pytest.mark.parametrize("kind", ["llama", "llama-bias", "qwen2"])
 @pytest.mark.parametrize("qtype", ["F16", "Q8_0"])
 def test_tiny_checkpoints_round_trip(tmp_path, kind, qtype):
