@@ -253,7 +253,8 @@ def add_bench_parser(sub):
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", default="bench-out")
     sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files)")
-    sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
+    sp.add_argument("--model", help="Hugging Face checkpoint directory, GGUF file or ollama:NAME[:TAG] "
+                                    "(default: the embedded model)")
     sp.add_argument("--device", help="auto, cpu, cuda")
     sp.add_argument("--decoder", choices=["auto", "transformers"],
                     help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints (default); transformers: always")
