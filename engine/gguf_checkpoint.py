@@ -11,7 +11,8 @@ executed. It is turned into what a Hugging Face checkpoint directory gives the e
   :class:`engine.llama.DecoderConfig` (:func:`hf_config`); other architectures raise ModelError;
 - the tensors: llama.cpp names (``blk.N.attn_q.weight``) mapped back to transformers' names with the
   ``gguf`` package's own :func:`gguf.get_tensor_name_map`, dequantised with :func:`gguf.dequantize`
-  (F32, F16, BF16, Q8_0, Q4_0/Q5_0, the K-quants Q2_K ... Q6_K, ...) and cast to the run dtype. For the
+  (F32, F16, BF16, Q8_0, Q4_0, Q4_1, the K-quants Q2_K ... Q6_K, the IQ types: what transformers'
+  reader sizes) and cast to the run dtype. For the
   ``llama`` architecture llama.cpp's converter (``convert_hf_to_gguf.py``) permutes the rows of the q
   and k projections per head, from the rotate-half RoPE layout to the interleaved one ggml computes;
   :func:`unpermute_qk` undoes it;
