@@ -248,7 +248,9 @@ def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str) -> Lo
     except (RuntimeError, torch.OutOfMemoryError) as exc:
         raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model or device \"cpu\"") from exc
     fim = gg.declared_fim_tokens(ckpt, ckpt.value("tokenizer.ggml.tokens"))
-    shown = name if name.startswith("ollama:") else f"{ckpt.name} ({path.name})" if ckpt.name != path.stem else path.name
+    shown = name  # ollama:NAME:TAG, or the file name, with general.name when it says more
+    if not name.startswith("ollama:") and ckpt.name != path.stem:
+        shown = f"{ckpt.name} ({path.name})"
     return _finish(model, tokenizer, dev, dt, shown, model.cfg.max_positions, model.parameters, threads,
                    format="gguf", quantization=ckpt.file_type, fim_tokens=fim, path=str(path))
 
