@@ -305,13 +305,14 @@ def load_tokenizer(ckpt: GgufCheckpoint):
         if value is not None:
             spec[name] = value
     try:
-        try:
-            from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
-        except ImportError:  # transformers before 5.2x keeps it beside the GGUF config tables
-            from transformers.integrations.ggml import convert_gguf_tokenizer
-
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+            convert_gguf_tokenizer,
+        )
+    except ImportError:  # transformers before 5.2x keeps it beside the GGUF config tables
+        from transformers.integrations.ggml import convert_gguf_tokenizer
+    try:
         backend, _ = convert_gguf_tokenizer(ckpt.architecture, spec)
-    except Exception as exc:  # noqa: BLE001 (the converter raises ValueError, KeyError, ... for what it lacks)
+    except Exception as exc:  # the converter raises ValueError, KeyError, ... for what it lacks
         raise ModelError(f"{ckpt.path}: could not build its tokenizer ({model!r}, pre-tokenizer "
                          f"{spec.get('pre_tokenizer_type')!r}) from the GGUF metadata: {type(exc).__name__}: {exc}; "
                          "pass a Hugging Face checkpoint directory of this model") from exc

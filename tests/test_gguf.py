@@ -35,10 +35,15 @@ def tiny_checkpoint(path, kind: str):
     """A tiny random ``kind`` ("llama": untied head, grouped-query attention; "llama-bias": q/k/v/o and MLP
     biases, linear RoPE scaling, head_dim 8; "qwen2": q/k/v bias, tied embeddings) saved in float16, with
     the embedded model's tokenizer (8192 tokens)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
-    common = dict(vocab_size=8192, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+    common = {"vocab_size": 8192, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256, "rms_norm_eps": 1e-5}
     torch.manual_seed(0)
     if kind == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=False))
@@ -274,7 +279,7 @@ def test_cli_shows_the_model_and_takes_the_template(files):
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "fsm_complete.cli", *args], input="import os\nos.\n",
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, check=False)
 
     proc = run("complete", "-:2:4", "--json", "--model", str(files["plain"]), "--device", "cpu", "--max-tokens", "4")
     assert proc.returncode == 0, proc.stderr
