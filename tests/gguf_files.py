@@ -65,6 +65,8 @@ def write_gguf(checkpoint: Path, out: Path, qtype: str = "F16", *, fim: bool = T
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(rope["factor"]))
     writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+    if rope.get("rope_type") == "llama3":  # llama.cpp keeps Llama 3's frequency bands as divisors per frequency
+        writer.add_tensor("rope_freqs.weight", llama3_divisors(rope, head_dim))
     if template:
         writer.add_string(TEMPLATE_KEY, template)
     _write_tokenizer(writer, checkpoint, fim)
@@ -96,6 +98,26 @@ def write_gguf(checkpoint: Path, out: Path, qtype: str = "F16", *, fim: bool = T
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def llama3_divisors(rope: dict, head_dim: int) -> np.ndarray:
+    """Llama 3's RoPE frequency bands as the divisor of each inverse frequency (float32
+    ``[head_dim // 2]``), as ``convert_hf_to_gguf.py`` writes them to ``rope_freqs.weight``: 1 for the
+    high frequencies, ``factor`` for the low ones, a smooth blend between."""
+    inv = 1.0 / rope["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    out = []
+    for freq in inv:
+        wavelen = 2 * np.pi / freq
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def _write_tokenizer(writer, checkpoint: Path, fim: bool) -> None:

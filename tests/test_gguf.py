@@ -32,8 +32,9 @@ Q8_TOP1 = 0.9  # share of positions whose argmax agrees with the safetensors mod
 
 
 def tiny_checkpoint(path, kind: str):
-    """A tiny random ``kind`` ("llama": untied head, grouped-query attention; "llama-bias": q/k/v/o and MLP
-    biases, linear RoPE scaling, head_dim 8; "qwen2": q/k/v bias, tied embeddings) saved in float16, with
+    """A tiny random ``kind`` ("llama": untied head, grouped-query attention; "llama3": Llama 3.1 RoPE
+    frequency bands; "llama-bias": q/k/v/o and MLP biases, linear RoPE scaling, head_dim 8; "qwen2":
+    q/k/v bias, tied embeddings) saved in float16, with
     the embedded model's tokenizer (8192 tokens)."""
     from transformers import (
         LlamaConfig,
@@ -47,6 +48,10 @@ def tiny_checkpoint(path, kind: str):
     torch.manual_seed(0)
     if kind == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=False))
+    elif kind == "llama3":  # Llama 3.1 frequency bands: a rope_freqs.weight tensor in the GGUF file
+        model = LlamaForCausalLM(LlamaConfig(**common, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}))
     elif kind == "llama-bias":
         model = LlamaForCausalLM(LlamaConfig(**common, attention_bias=True, mlp_bias=True, head_dim=8,
                                              rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
@@ -135,14 +140,18 @@ def test_k_quants_are_dequantised_row_by_row(tmp_path, kind):
     assert got.shape == (688, 256) and torch.equal(got, want)
 
 
-@pytest.mark.parametrize("kind", ["llama", "llama-bias", "qwen2"])
+@pytest.mark.parametrize("kind", ["llama", "llama3", "llama-bias", "qwen2"])
 @pytest.mark.parametrize("qtype", ["F16", "Q8_0"])
 def test_tiny_checkpoints_round_trip(tmp_path, kind, qtype):
     path = tiny_checkpoint(tmp_path / kind, kind)
     ref = load_model(path, "cpu", "float32")
     lm = load_model(write_gguf(path, tmp_path / f"{kind}.gguf", qtype), "cpu", "float32")
-    assert lm.model.cfg == ref.model.cfg
-    ids = sample_ids(ref.tokenizer, 64)
+    if kind == "llama3":  # the file has the bands as per-frequency divisors on the default RoPE
+        assert lm.model.cfg.rope_type == "default" and ref.model.cfg.rope_type == "llama3"
+        assert (lm.model.cos - ref.model.cos).abs().max().item() < 1e-5  # float32 rounding of the divisors
+    else:
+        assert lm.model.cfg == ref.model.cfg
+    ids = sample_ids(ref.tokenizer, 200)
     diff = (logits(lm.model, ids) - logits(ref.model, ids)).abs().max().item()
     assert diff < (F16_TOL if qtype == "F16" else Q8_TOL), diff
 
