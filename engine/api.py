@@ -27,6 +27,46 @@ class ProjectContext:
     workspace: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the engine loaded, as ``explain``, ``complete --json``, the server's log and the
+    ``fsmComplete/model`` request show it: ``name``, ``parameters`` (count), ``dtype`` (torch's name:
+    ``float32``, ...), ``device`` (``cpu``, ``cuda:0``), ``vocab_size`` (tokenizer tokens),
+    ``fim_template`` (the family of :data:`engine.fim.TEMPLATES`, or ``declared``), ``fim_source`` (how
+    it was chosen: ``setting``, ``checkpoint`` (config.json / GGUF metadata names it), ``metadata``
+    (the GGUF's FIM token ids), ``tokenizer`` (its special tokens)), ``format`` (``safetensors`` |
+    ``gguf``), ``quantization`` (a GGUF's file type: ``F16``, ``Q8_0``, ...; empty otherwise),
+    ``window`` (tokens) and ``path`` (the directory or file loaded)."""
+
+    name: str
+    parameters: int
+    dtype: str
+    device: str
+    vocab_size: int
+    fim_template: str
+    fim_source: str
+    format: str
+    quantization: str = ""
+    window: int = 0
+    path: str = ""
+
+    def as_dict(self) -> dict:
+        """JSON-ready, snake_case keys (the ``model_info`` of ``explain`` and ``complete --json``)."""
+        return dict(self.__dict__)
+
+    def to_wire(self) -> dict:
+        """JSON-ready, camelCase keys (the answer of ``fsmComplete/model``)."""
+        return {"name": self.name, "parameters": self.parameters, "dtype": self.dtype, "device": self.device,
+                "vocabSize": self.vocab_size, "fimTemplate": self.fim_template, "fimSource": self.fim_source,
+                "format": self.format, "quantization": self.quantization, "window": self.window, "path": self.path}
+
+    def summary(self) -> str:
+        """One line: ``NAME: 6.5 M parameters, float32 on cpu, vocabulary 8192, FIM template X (how)``."""
+        fmt = f"GGUF {self.quantization}" if self.format == "gguf" else self.format
+        return (f"{self.name}: {self.parameters / 1e6:.1f} M parameters ({fmt}), {self.dtype} on {self.device}, "
+                f"vocabulary {self.vocab_size}, FIM template {self.fim_template} ({self.fim_source})")
+
+
 class StopReason(StrEnum):
     """Why decoding ended (``Completion.stop_reason``; a ``str``, so ``== "eos"`` and JSON work)."""
 

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-from .api import Completion, CompletionRequest, StopReason
+from .api import Completion, CompletionRequest, ModelInfo, StopReason
 from .decode_loop import (  # noqa: F401 - MAX_BACKTRACKS, Choice, Decoding, choose_token: public here too
     MAX_BACKTRACKS,
     Choice,
@@ -47,6 +47,26 @@ from .text import normalize_eol, original_length, scalar_text
 log = logging.getLogger(__name__)
 
 
+def choose_template(lm, setting: str):
+    """``(template, how it was chosen)`` for the loaded model ``lm`` (:class:`engine.model.LoadedModel`):
+    the ``model.fimTemplate`` setting (``"setting"``), else a template the checkpoint names
+    (``fim_template`` in config.json or the GGUF metadata: ``"checkpoint"``), else the FIM markers its
+    GGUF metadata declares (``"metadata"``), else its tokenizer's special tokens (``"tokenizer"``).
+    Raises ModelError (:func:`engine.fim.detect_template`)."""
+    from .fim import detect_template
+
+    vocab = lm.tokenizer.get_vocab()
+    named = getattr(lm.model.config, "fim_template", None)
+    try:
+        if setting and setting != "auto":
+            return detect_template(vocab, setting), "setting"
+        if named:
+            return detect_template(vocab, named), "checkpoint"
+        return detect_template(vocab, "auto", lm.fim_tokens), "metadata" if lm.fim_tokens else "tokenizer"
+    except ModelError as exc:
+        raise ModelError(f"model {lm.name}: {exc}") from exc
+
+
 class Engine(DecodeLoop):
     """Loads the model and FSM tables once; answers :class:`CompletionRequest` one at a time."""
 
@@ -62,6 +82,7 @@ class Engine(DecodeLoop):
         self.monitor_filter: SemanticFilter | None = None
         self._lock = threading.Lock()
         self.model_name = ""
+        self.model_info: ModelInfo | None = None  # what was loaded (explain, complete --json, the server's log)
         self.load_error: str | None = None
         self._required_arguments = RequiredArgumentTables()
         self._recent: list[tuple[tuple, str, str, Completion]] = []  # (request key, prefix, suffix, result)
@@ -76,7 +97,7 @@ class Engine(DecodeLoop):
     def load(self, progress=None) -> None:
         """Load model, tokenizer and FSM index. ``progress(message, percent)``. Raises ModelError."""
         from .decode import KVCache
-        from .fim import PromptBuilder, detect_template
+        from .fim import PromptBuilder
         from .model import load_model
         from .vocab import from_hf_tokenizer
 
@@ -89,10 +110,7 @@ class Engine(DecodeLoop):
             report("loading model", 5)
             lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder)
             report("building the FIM prompt template", 50)
-            requested = s.model.fim_template
-            if requested == "auto":  # a checkpoint may name its template (the embedded model does)
-                requested = getattr(lm.model.config, "fim_template", None) or "auto"
-            template = detect_template(lm.tokenizer.get_vocab(), requested)
+            template, fim_source = choose_template(lm, s.model.fim_template)
             # prompt + generated tokens stay inside the model window (positions the model was trained on)
             budget = min(s.model.context_tokens, lm.max_positions - s.generation.max_tokens_multiline) - 8
             builder = PromptBuilder(lm.tokenizer, template, max(64, budget))
@@ -105,6 +123,10 @@ class Engine(DecodeLoop):
         self.lm, self.builder, self.index = lm, builder, index
         self.kv = KVCache(lm.model, lm.device, lm.prefill_threads)
         self.model_name = lm.name
+        self.model_info = ModelInfo(
+            name=lm.name, parameters=int(lm.parameters), dtype=str(lm.dtype).removeprefix("torch."),
+            device=str(lm.device), vocab_size=int(vocab.size), fim_template=template.family, fim_source=fim_source,
+            format=lm.format, quantization=lm.quantization, window=int(lm.max_positions), path=lm.path)
         logit_size = int(getattr(lm.model.config, "vocab_size", vocab.size) or vocab.size)
         self.masks = StepMask(vocab.tokens, set(vocab.eos_ids) | set(builder.stop_ids), logit_size, lm.device)
         self.masks.set_domain_words(s.constraints.domain_vocabulary)

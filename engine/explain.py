@@ -8,11 +8,13 @@ fuse events, the tree-sitter/CPython verdict and the timings (ms). :func:`to_mar
 
 from __future__ import annotations
 
-from .api import Completion
+from .api import Completion, ModelInfo
 
 
-def explanation(result: Completion, vocab_size: int, model: str = "") -> dict:
-    """The explain record of ``result``; ``vocab_size`` is the tokenizer's (tokens)."""
+def explanation(result: Completion, vocab_size: int, model: str = "", model_info: ModelInfo | None = None) -> dict:
+    """The explain record of ``result``; ``vocab_size`` is the tokenizer's (tokens); ``model_info``:
+    what the engine loaded (name, parameters, dtype, device, vocabulary, FIM template), under
+    ``"model_info"`` (None when not given)."""
     steps = []
     for i, entry in enumerate(result.trace):
         allowed = entry.allowed
@@ -31,6 +33,7 @@ def explanation(result: Completion, vocab_size: int, model: str = "") -> dict:
     return {
         "text": result.text,
         "model": model,
+        "model_info": model_info.as_dict() if model_info is not None else None,
         "mode": fp.get("mode", "unconstrained"),
         "policy": fp.get("policy", {}),
         "fingerprint": fp.get("features", {}),
@@ -56,6 +59,12 @@ def to_markdown(record: dict) -> str:
     """A Markdown page for ``record`` (as shown by the VS Code command)."""
     lines = ["# fsm-complete: explanation", "", f"**Completion** `{record['text']!r}`", "",
              f"**Mode** `{record['mode']}` — {record['policy'].get('description', '')}", ""]
+    info = record.get("model_info")
+    if info:
+        fmt = f"GGUF {info['quantization']}" if info["format"] == "gguf" else info["format"]
+        lines += [(f"**Model** `{info['name']}`: {info['parameters'] / 1e6:.1f} M parameters ({fmt}), "
+                   f"{info['dtype']} on {info['device']}, vocabulary {info['vocab_size']}, FIM template "
+                   f"`{info['fim_template']}` ({info['fim_source']})"), ""]
     for reason in record.get("reasons", []):
         lines.append(f"- {reason}")
     lines += ["", "## Intent fingerprint", "", "| feature | value |", "|---|---|"]

@@ -14,7 +14,12 @@ qwen          ``<|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>`` (Qwen2.5-Coder)  
                                                                                       ``<|file_sep|>``
 deepseek      ``<｜fim▁begin｜>P<｜fim▁hole｜>S<｜fim▁end｜>`` (DeepSeek-Coder)        EOS
 codellama     ``<PRE> P <SUF>S <MID>`` (CodeLlama)                                     ``<EOT>``
+declared      PSM with the markers a GGUF file names (``tokenizer.ggml.fim_*_token_id``)  its EOS/EOT/FIM ends
 ============  =====================================================================  ==================
+
+A template is chosen by name (the ``model.fimTemplate`` setting, or ``fim_template`` in a checkpoint's
+config.json / ``fsm_complete.fim_template`` in a GGUF file), else from the markers the checkpoint's
+metadata declares (:class:`FimTokens`), else from the tokenizer's special tokens.
 """
 
 from __future__ import annotations
@@ -52,12 +57,56 @@ TEMPLATES = {
 }
 
 
-def detect_template(vocab: dict[str, int], requested: str = "auto") -> FimTemplate:
-    """Pick the template from a setting or from the tokenizer's special tokens. Raises ModelError."""
+@dataclass(frozen=True)
+class FimTokens:
+    """The fill-in-the-middle markers a checkpoint declares in its metadata (GGUF:
+    ``tokenizer.ggml.fim_pre_token_id`` / ``fim_suf`` / ``fim_mid`` as token strings), and the
+    tokens it declares as ends of text (EOS, EOT, ``fim_pad``, ``fim_sep``, ``fim_rep``)."""
+
+    prefix: str
+    suffix: str
+    middle: str
+    stops: tuple[str, ...] = ()
+
+
+def _markers(tpl: FimTemplate) -> tuple[str, str, str]:
+    return tpl.prefix_token, tpl.suffix_token, tpl.middle_token
+
+
+def _missing(markers: tuple[str, ...], vocab: dict[str, int]) -> list[str]:
+    return [t for t in markers if t not in vocab]
+
+
+def _matching(vocab: dict[str, int]) -> list[str]:
+    """The names of the templates whose three markers ``vocab`` has."""
+    return [name for name, tpl in TEMPLATES.items() if not _missing(_markers(tpl), vocab)]
+
+
+def detect_template(vocab: dict[str, int], requested: str = "auto", declared: FimTokens | None = None) -> FimTemplate:
+    """Pick the template: ``requested`` (a name of :data:`TEMPLATES`) when not ``"auto"``; else the one
+    whose markers ``declared`` names (a checkpoint's metadata; a template of its own when no known
+    family uses those markers); else the first family whose markers are special tokens of ``vocab``.
+    Raises ModelError for an unknown name, a template whose markers ``vocab`` lacks (naming the
+    templates that would match), or a tokenizer without FIM markers."""
     if requested and requested != "auto":
         if requested not in TEMPLATES:
             raise ModelError(f"unknown FIM template {requested!r}; choose one of {', '.join(TEMPLATES)} or auto")
-        return TEMPLATES[requested]
+        tpl = TEMPLATES[requested]
+        missing = _missing(_markers(tpl), vocab)
+        if missing:
+            fits = _matching(vocab)
+            hint = (f"templates this tokenizer has the markers of: {', '.join(fits)}" if fits
+                    else "this tokenizer has no fill-in-the-middle markers of a known family")
+            raise ModelError(f"FIM template {requested!r} needs {', '.join(missing)}, which this model's tokenizer "
+                             f"lacks ({hint}); set model.fimTemplate (--fim-template) to \"auto\" or one that fits")
+        return tpl
+    marked = None if declared is None else (declared.prefix, declared.suffix, declared.middle)
+    if marked and not _missing(marked, vocab):
+        for tpl in TEMPLATES.values():
+            if tpl.family != "fsm-complete" and _markers(tpl) == marked:
+                return tpl
+        stops = tuple(t for t in declared.stops if t in vocab)
+        return FimTemplate("declared", declared.prefix, declared.suffix, declared.middle, stops)
     for tpl in TEMPLATES.values():
         if tpl.family == "fsm-complete":
             continue  # chosen by name only (same tokens as StarCoder)
@@ -66,7 +115,8 @@ def detect_template(vocab: dict[str, int], requested: str = "auto") -> FimTempla
     if "<PRE>" in vocab and "<MID>" in vocab:
         return FimTemplate("codellama", "<PRE>", "<SUF>", "<MID>", ("<EOT>",), " ", " ")
     raise ModelError("the tokenizer has no fill-in-the-middle tokens (<fim_prefix>, <|fim_prefix|>, <｜fim▁begin｜>, "
-                     "<PRE>); use a FIM-trained code model or set fim_template explicitly")
+                     "<PRE>) and its metadata declares none; use a FIM-trained code model (e.g. Qwen2.5-Coder) or "
+                     "name the template with model.fimTemplate (--fim-template)")
 
 
 def control_tokens(tokenizer) -> tuple[frozenset[int], tuple[str, ...]]:

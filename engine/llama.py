@@ -1,7 +1,8 @@
 """An own decoder for the Llama family (Llama, Qwen2, Mistral), gpt-fast style, in plain torch.
 
 Weights come from the checkpoint's ``*.safetensors`` files (read with safetensors, never pickle);
-the architecture from its ``config.json``. Nothing here imports transformers: a server on this path
+the architecture from its ``config.json`` — or both from a GGUF file (:mod:`engine.gguf_checkpoint`
+maps its tensors to the same names). Nothing here imports transformers: a server on this path
 starts with torch, safetensors and tokenizers only.
 
 - fused projections: one ``qkv`` matrix per layer (``[(heads + 2 * kv_heads) * head_dim, hidden]``)
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 INITIAL_POSITIONS = 2048  # KV cache positions allocated at load (grown on demand up to the window)
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+ROPE_FACTORS = "rope_freqs.weight"  # GGUF (llama.cpp): per-frequency RoPE divisors ``[head_dim // 2]`` (Llama 3 bands)
 
 
 class UnsupportedArchitecture(ValueError):
@@ -226,6 +228,9 @@ class LlamaDecoder:
                 down_bias=get(m + "down_proj.bias") if cfg.mlp_bias else None,
             ))
         inv = rope_inv_freq(cfg)
+        factors = weights.get(ROPE_FACTORS)
+        if factors is not None:  # a GGUF file's Llama 3 frequency bands: the angle of frequency i is divided by factors[i]
+            inv = inv / factors.float().cpu()
         pos = torch.arange(self.capacity, dtype=torch.float32)
         freqs = torch.outer(pos, inv)  # [capacity, head_dim // 2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [capacity, head_dim]
@@ -234,7 +239,7 @@ class LlamaDecoder:
         # [layers, k/v, batch 1, kv_heads, allocated positions, head_dim]
         self.kv = self._new_cache(min(self.capacity, INITIAL_POSITIONS))
         self.length = 0  # cached positions (host int: no device sync to read it)
-        self.parameters = sum(int(t.numel()) for t in weights.values())
+        self.parameters = sum(int(t.numel()) for name, t in weights.items() if name != ROPE_FACTORS)
 
     # -- cache --------------------------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""Model loading: any Hugging Face causal LM checkpoint from a local directory, safetensors only.
+"""Model loading: any Hugging Face causal LM checkpoint from a local directory, safetensors only, or
+a GGUF file of the Llama family (:mod:`engine.gguf_checkpoint`), also named as an Ollama model
+(``ollama:NAME[:TAG]``, :mod:`engine.model_store`).
 
 Nothing is fetched from a hub (``local_files_only``; ``HF_HUB_OFFLINE`` is set before transformers
 is imported). Pickle checkpoints (``*.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``) are refused: loading
@@ -34,6 +36,10 @@ class LoadedModel:
     max_positions: int  # the model window (tokens)
     parameters: int
     prefill_threads: int = 0  # CPU threads for prompt prefill (0: the decode thread count)
+    format: str = "safetensors"  # "safetensors" | "gguf"
+    quantization: str = ""  # GGUF: the file type ("F16", "Q8_0", "Q4_K_M", ...), dequantised to ``dtype`` at load
+    fim_tokens: object = None  # engine.fim.FimTokens the checkpoint's metadata declares (GGUF), else None
+    path: str = ""  # the checkpoint directory or GGUF file loaded
 
 
 def resolve_device(requested: str):
@@ -72,9 +78,11 @@ def check_model_dir(path: Path) -> None:
     """Raise ModelError with the fix when ``path`` is not a loadable safetensors HF checkpoint."""
     if not path.exists():
         raise ModelError(f"model directory {path} does not exist; pass --model DIR with a Hugging Face checkpoint "
-                         "(config.json, *.safetensors, tokenizer.json), or leave it empty for the embedded model")
+                         "(config.json, *.safetensors, tokenizer.json), --model FILE.gguf, --model ollama:NAME[:TAG], "
+                         "or leave it empty for the embedded model")
     if not path.is_dir():
-        raise ModelError(f"model path {path} is not a directory; pass the checkpoint's directory")
+        raise ModelError(f"model path {path} is not a directory nor a GGUF file (it does not start with the GGUF magic "
+                         "bytes); pass the checkpoint's directory or a .gguf file")
     if not (path / "config.json").exists():
         raise ModelError(f"model directory {path} has no config.json; pass --model DIR with a Hugging Face checkpoint")
     weights = list(path.glob("*.safetensors"))
@@ -164,14 +172,24 @@ def load_own_decoder(path: Path, dev, dt):
     return None
 
 
-def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: int = 0,
+def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", threads: int = 0,
                decoder: str = "auto") -> LoadedModel:
-    """Load tokenizer and causal LM from ``path`` onto the resolved device. ``decoder``: ``"auto"``
-    runs Llama, Qwen2 and Mistral checkpoints on the own decoder (:mod:`engine.llama`) and others on
-    transformers; ``"transformers"`` always uses transformers. Raises ModelError."""
+    """Load tokenizer and causal LM from ``path`` onto the resolved device: a checkpoint directory, a
+    GGUF file (always on the own decoder) or ``ollama:NAME[:TAG]`` (:mod:`engine.model_store`).
+    ``decoder``: ``"auto"`` runs Llama, Qwen2 and Mistral checkpoints on the own decoder
+    (:mod:`engine.llama`) and others on transformers; ``"transformers"`` always uses transformers for
+    checkpoint directories. Raises ModelError."""
     import torch
 
-    path = Path(path)
+    from .gguf_checkpoint import is_gguf
+    from .model_store import resolve_model
+    from .settings import DEFAULT_MODEL_DIR
+
+    source = resolve_model(path, DEFAULT_MODEL_DIR)
+    path = source.path
+    if path.is_file() and is_gguf(path):
+        dev = resolve_device(device)
+        return _load_gguf(path, source.name, dev, resolve_dtype(dtype, dev), threads, decoder)
     check_model_dir(path)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -179,7 +197,8 @@ def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: i
         raise ModelError(f"unknown decoder {decoder!r}; use \"auto\" or \"transformers\"")
     own = load_own_decoder(path, dev, dt) if decoder == "auto" else None
     if own is not None:
-        return _finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions, own.parameters, threads)
+        return _finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions, own.parameters, threads,
+                       path=str(path))
 
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -207,7 +226,33 @@ def load_model(path: Path, device: str = "auto", dtype: str = "auto", threads: i
     n_params = sum(p.numel() for p in model.parameters())
     cfg = model.config
     window = int(getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048)
-    return _finish(model, tokenizer, dev, dt, path.name, window, n_params, threads)
+    return _finish(model, tokenizer, dev, dt, path.name, window, n_params, threads, path=str(path))
+
+
+def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str) -> LoadedModel:
+    """A GGUF file on the own decoder, its tokenizer and FIM markers from its metadata (the
+    ``decoder`` setting does not apply: transformers is not used for GGUF files). Raises ModelError."""
+    import torch
+
+    from . import gguf_checkpoint as gg
+
+    if decoder not in DECODERS:
+        raise ModelError(f"unknown decoder {decoder!r}; use \"auto\" or \"transformers\"")
+    if decoder == "transformers":
+        log.info("%s is a GGUF file: it runs on the own decoder (decoder \"transformers\" applies to checkpoint "
+                 "directories)", path)
+    ckpt = gg.read_checkpoint(path)
+    tokenizer = gg.load_tokenizer(ckpt)
+    try:
+        model = gg.load_decoder(ckpt, dev, dt)
+    except (RuntimeError, torch.OutOfMemoryError) as exc:
+        raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model or device \"cpu\"") from exc
+    fim = gg.declared_fim_tokens(ckpt, ckpt.value("tokenizer.ggml.tokens"))
+    shown = name  # ollama:NAME:TAG, or the file name, with general.name when it says more
+    if not name.startswith("ollama:") and ckpt.name != path.stem:
+        shown = f"{ckpt.name} ({path.name})"
+    return _finish(model, tokenizer, dev, dt, shown, model.cfg.max_positions, model.parameters, threads,
+                   format="gguf", quantization=ckpt.file_type, fim_tokens=fim, path=str(path))
 
 
 def _load_tokenizer(path: Path):
@@ -226,7 +271,7 @@ def _load_tokenizer(path: Path):
         raise ModelError(f"could not load the tokenizer from {path}: {exc}") from exc
 
 
-def _finish(model, tokenizer, dev, dt, name: str, window: int, n_params: int, threads: int) -> LoadedModel:
+def _finish(model, tokenizer, dev, dt, name: str, window: int, n_params: int, threads: int, **source) -> LoadedModel:
     """Set the CPU thread counts and wrap up. Single-token decode of a small model is latency-bound:
     extra threads only add sync overhead (and collapse when another process keeps a core busy), so
     decode runs on one thread under 50 M parameters; prefill (matrix products over the whole
@@ -239,4 +284,4 @@ def _finish(model, tokenizer, dev, dt, name: str, window: int, n_params: int, th
         torch.set_num_threads(threads if threads > 0 else (1 if n_params < 50_000_000 else cores))
         prefill_threads = threads if threads > 0 else cores
     return LoadedModel(model=model, tokenizer=tokenizer, device=dev, dtype=dt, name=name, max_positions=window,
-                       parameters=n_params, prefill_threads=prefill_threads)
+                       parameters=n_params, prefill_threads=prefill_threads, **source)

@@ -19,10 +19,10 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "default-model"
 
 @dataclass
 class ModelSettings:
-    path: str = ""  # empty: the embedded default model
+    path: str = ""  # empty: the embedded default model | checkpoint directory | FILE.gguf | "ollama:NAME[:TAG]"
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU) | "float32" | "bfloat16" | "float16"
-    fim_template: str = "auto"  # "auto" | "starcoder" | "qwen" | "deepseek" | "codellama"
+    fim_template: str = "auto"  # "auto" | "fsm-complete" | "starcoder" | "qwen" | "deepseek" | "codellama"
     context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
     threads: int = 0  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)
     decoder: str = "auto"  # "auto": own decoder for Llama/Qwen2/Mistral (engine/llama.py), else transformers | "transformers"

@@ -29,6 +29,8 @@ def _settings(args):
         s.model.dtype = args.dtype
     if getattr(args, "decoder", None):
         s.model.decoder = args.decoder
+    if getattr(args, "fim_template", None):
+        s.model.fim_template = args.fim_template
     return s
 
 
@@ -113,7 +115,7 @@ def cmd_explain(args) -> int:
     code, _text, _offset, result, engine = _complete_at(args)
     if code:
         return code
-    record = explanation(result, engine.index.size, engine.model_name)
+    record = explanation(result, engine.index.size, engine.model_name, engine.model_info)
     print(json.dumps(record, indent=2, ensure_ascii=False) if args.json else to_markdown(record))
     return 0
 
@@ -144,6 +146,7 @@ def cmd_complete(args) -> int:
             "timings_ms": result.timings_ms,
             "speculative": result.speculative,
             "model": engine.model_name,
+            "model_info": engine.model_info.as_dict(),
             "trace": [step.as_dict() for step in result.trace],
         }
         print(json.dumps(item, indent=2, ensure_ascii=False))
@@ -250,7 +253,8 @@ def add_bench_parser(sub):
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", default="bench-out")
     sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files)")
-    sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
+    sp.add_argument("--model", help="Hugging Face checkpoint directory, GGUF file or ollama:NAME[:TAG] "
+                                    "(default: the embedded model)")
     sp.add_argument("--device", help="auto, cpu, cuda")
     sp.add_argument("--decoder", choices=["auto", "transformers"],
                     help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints (default); transformers: always")
@@ -278,12 +282,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def model_opts(sp):
-        sp.add_argument("--model", help="Hugging Face checkpoint directory (default: the embedded model)")
+        sp.add_argument("--model", help="Hugging Face checkpoint directory, GGUF file (Llama family: Llama, Mistral, "
+                                        "Qwen2), or ollama:NAME[:TAG] from the local Ollama store (default: the "
+                                        "embedded model)")
         sp.add_argument("--device", help="auto, cpu, cuda, cuda:N")
         sp.add_argument("--dtype", help="auto, float32, bfloat16, float16")
         sp.add_argument("--decoder", choices=["auto", "transformers"],
                         help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints, else transformers "
-                             "(default); transformers: always transformers")
+                             "(default); transformers: always transformers (checkpoint directories)")
+        sp.add_argument("--fim-template", dest="fim_template", metavar="NAME",
+                        help="fill-in-the-middle template: auto (default: named by the checkpoint, its GGUF metadata "
+                             "or its special tokens), fsm-complete, starcoder, qwen, deepseek, codellama")
         sp.add_argument("--required-arguments", dest="required_arguments", metavar="PROFILE",
                         help="required-argument policy profile: default, strict-http, off")
 

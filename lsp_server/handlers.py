@@ -3,7 +3,7 @@
 A handler fetches the document, calls the engine host (:mod:`lsp_server.host`) or the server's
 session methods, and converts with :mod:`lsp_server.convert`; :class:`lsp_server.server.FsmCompleteServer`
 registers every entry of :data:`HANDLERS`. Custom requests: :data:`DOCUMENT_TEXT`,
-:data:`LAST_ENGINE_REQUEST`, :data:`EXPLAIN`.
+:data:`LAST_ENGINE_REQUEST`, :data:`EXPLAIN`, :data:`MODEL`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ and, once decoding ended, how (:class:`lsp_server.record.EngineRequestRecord`, c
 in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``, ``tokens``, ``stopReason``,
 ``cancelled``, ``promptTokens``, ``reusedTokens``, ``projectContext``, ...); null when it saw nothing."""
 EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
+MODEL = "fsmComplete/model"
+"""Custom request: no params -> the loaded model (:class:`engine.api.ModelInfo`, camelCase keys: ``name``,
+``parameters``, ``dtype``, ``device``, ``vocabSize``, ``fimTemplate``, ``fimSource``, ``format``,
+``quantization``, ``window``, ``path``); null while no model is loaded (loading, or it failed)."""
 
 
 HANDLERS: list[tuple[str, Any, Callable]] = []
@@ -133,6 +137,12 @@ def document_text(ls: FsmCompleteServer, params: Any) -> dict | None:
 def last_engine_request(ls: FsmCompleteServer, params: Any) -> dict | None:
     record = ls.host.requests.get(_custom_uri(params, LAST_ENGINE_REQUEST))
     return None if record is None else record.to_wire()
+
+
+@_feature(MODEL)
+def model(ls: FsmCompleteServer, params: Any) -> dict | None:
+    info = getattr(ls.host.engine, "model_info", None)
+    return None if info is None else info.to_wire()
 
 
 @_feature(EXPLAIN)

@@ -165,7 +165,8 @@ class EngineHost:
             if generation != self._load_generation:
                 return  # the settings changed while loading; a newer load is under way
             self.engine = engine
-            logger.info("model %s loaded", getattr(engine, "model_name", "?"))
+            info = getattr(engine, "model_info", None)
+            logger.info("model loaded: %s", info.summary() if info is not None else getattr(engine, "model_name", "?"))
             self._server.project.scan(self, engine, self._server.settings, self._server.documents)
             done = "model loaded"
         except Exception as exc:
@@ -269,7 +270,7 @@ class EngineHost:
         completion = await self._decode(engine, request, record)
         if completion is None:
             return None
-        out = explanation(completion, engine.index.size, engine.model_name)
+        out = explanation(completion, engine.index.size, engine.model_name, engine.model_info)
         out["markdown"] = to_markdown(out)
         return out
 

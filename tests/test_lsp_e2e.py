@@ -275,6 +275,14 @@ async def test_explain_names_the_fingerprint_the_mode_and_the_slots(session: Ses
     (slots,) = record["slots"]
     assert slots.qualname == "requests.get" and list(slots.missing) == []
     assert "## Argument slots" in record["markdown"] and "timeout" in record["markdown"]
+    info = record["model_info"]._asdict()  # what was loaded, as fsmComplete/model says it (camelCase there)
+    assert (info["fim_template"], info["fim_source"], info["format"]) == ("fsm-complete", "checkpoint", "safetensors")
+    assert "FIM template `fsm-complete` (checkpoint)" in record["markdown"]
+    assert any(m.message.startswith("model loaded: ") and "FIM template fsm-complete (checkpoint)" in m.message
+               for m in session.client.log_messages)  # the server's log line at load names the same
+    model = (await asyncio.wait_for(session.client.protocol.send_request_async("fsmComplete/model", None), 30))._asdict()
+    assert (model["name"], model["vocabSize"], model["parameters"]) == (info["name"], info["vocab_size"],
+                                                                        info["parameters"])
 
 
 async def test_explain_without_a_position_is_invalid_params(session: Session):

@@ -43,10 +43,20 @@ import {
     startFailure,
 } from './interpreter';
 import { pickServerSettings, SECTION, serverKeys, serverSettings, type SettingSchema, syncSections } from './settings';
-import { engineStats, type LastCompletion, type ServerState, stateAfterLoad, statusView } from './status';
+import {
+    engineStats,
+    type LastCompletion,
+    type ModelSummary,
+    modelLine,
+    modelSummary,
+    type ServerState,
+    stateAfterLoad,
+    statusView,
+} from './status';
 
 const NAME = 'fsm-complete';
 const LAST_ENGINE_REQUEST = 'fsmComplete/lastEngineRequest';
+const MODEL_REQUEST = 'fsmComplete/model';
 const PROBE_TIMEOUT_MS = 20_000;
 const STOP_TIMEOUT_MS = 2_000;
 const STDERR_TAIL_LINES = 40;
@@ -92,6 +102,7 @@ class Controller implements vscode.Disposable {
     private state: ServerState = { kind: 'starting' };
     private failed = false; // this start already told the user why it failed
     private last: LastCompletion | undefined;
+    private model: ModelSummary | undefined;
     private engineStatsSupported = true;
     private stderrTail: string[] = [];
 
@@ -122,13 +133,36 @@ class Controller implements vscode.Disposable {
 
     private show(state: ServerState): void {
         this.state = state;
-        this.status.update(statusView(state, this.last));
+        this.status.update(statusView(state, this.last, this.model));
+    }
+
+    /** The model loaded (or failed): ask the server which one, for the status item's tooltip. */
+    private loaded(state: ServerState): void {
+        this.model = undefined;
+        this.show(state);
+        const client = this.client;
+        if (state.kind !== 'ready' || !client?.isRunning()) {
+            return;
+        }
+        client.sendRequest(MODEL_REQUEST).then(
+            (record) => {
+                this.model = modelSummary(record);
+                if (this.model) {
+                    this.log.info(modelLine(this.model));
+                }
+                if (this.state.kind === 'ready') {
+                    this.show(this.state);
+                }
+            },
+            () => undefined, // an older server without the request: the tooltip names no model
+        );
     }
 
     private async startClient(): Promise<void> {
         this.show({ kind: 'starting' });
         this.failed = false;
         this.last = undefined;
+        this.model = undefined;
         this.engineStatsSupported = true;
         this.stderrTail = [];
         const folder = vscode.workspace.workspaceFolders?.[0];
@@ -159,7 +193,13 @@ class Controller implements vscode.Disposable {
             options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: '1' } },
         };
         const client = new LanguageClient(SECTION, NAME, serverOptions, this.clientOptions(config));
-        client.registerFeature(new ModelProgressFeature(client, (state) => this.show(state)));
+        client.registerFeature(
+            new ModelProgressFeature(
+                client,
+                (state) => this.show(state),
+                (state) => this.loaded(state),
+            ),
+        );
         client.onDidChangeState(({ newState }) => {
             if (newState === State.Running && this.state.kind === 'starting') {
                 this.show({ kind: 'loading' });
@@ -362,6 +402,7 @@ class ModelProgressFeature implements StaticFeature {
     constructor(
         private readonly client: LanguageClient,
         private readonly onState: (state: ServerState) => void,
+        private readonly onLoaded: (state: ServerState) => void,
     ) {}
 
     getState(): FeatureState {
@@ -380,7 +421,7 @@ class ModelProgressFeature implements StaticFeature {
                     this.subscriptions.delete(subscription);
                     const next = stateAfterLoad(value.message);
                     if (next) {
-                        this.onState(next);
+                        this.onLoaded(next);
                     }
                 } else {
                     this.onState({ kind: 'loading', message: value.message, percentage: value.percentage });

@@ -1,6 +1,7 @@
 /**
  * What the status bar item says: server state, last completion latency (ms, measured by the
- * client from request to response) and the fuse count the server reports for it.
+ * client from request to response) and the fuse count the server reports for it; its tooltip
+ * also names the loaded model (`fsmComplete/model`: name, size, dtype, device, vocabulary, FIM template).
  */
 
 export type ServerState =
@@ -21,14 +22,69 @@ export interface LastCompletion {
     fuses?: number;
 }
 
+/** The loaded model, from `fsmComplete/model` (engine/api.py `ModelInfo`). */
+export interface ModelSummary {
+    name: string;
+    /** Parameter count. */
+    parameters: number;
+    dtype: string;
+    device: string;
+    /** Tokenizer tokens. */
+    vocabSize: number;
+    fimTemplate: string;
+    /** How the template was chosen: setting, checkpoint, metadata, tokenizer. */
+    fimSource?: string;
+    /** "safetensors" or "gguf". */
+    format?: string;
+    /** A GGUF file's type (F16, Q8_0, Q4_K_M, ...). */
+    quantization?: string;
+}
+
+/** One tooltip line: `model NAME: 6.5 M parameters (GGUF Q8_0), float32 on cpu, vocabulary 8192, FIM template X`. */
+export function modelLine(model: ModelSummary): string {
+    const format = model.format === 'gguf' ? `GGUF ${model.quantization ?? ''}`.trim() : (model.format ?? '');
+    const size = `${(model.parameters / 1e6).toFixed(1)} M parameters${format ? ` (${format})` : ''}`;
+    const how = model.fimSource ? ` (${model.fimSource})` : '';
+    return (
+        `model ${model.name}: ${size}, ${model.dtype} on ${model.device}, vocabulary ${model.vocabSize}, ` +
+        `FIM template ${model.fimTemplate}${how}`
+    );
+}
+
+/** The `fsmComplete/model` answer when it has the expected shape, else undefined. */
+export function modelSummary(record: unknown): ModelSummary | undefined {
+    if (typeof record !== 'object' || record === null) {
+        return undefined;
+    }
+    const r = record as Record<string, unknown>;
+    const str = (v: unknown) => typeof v === 'string';
+    const num = (v: unknown) => typeof v === 'number' && Number.isFinite(v);
+    if (!str(r.name) || !num(r.parameters) || !str(r.dtype) || !str(r.device) || !num(r.vocabSize) || !str(r.fimTemplate)) {
+        return undefined;
+    }
+    const optional = (v: unknown) => (typeof v === 'string' ? v : undefined);
+    return {
+        name: r.name as string,
+        parameters: r.parameters as number,
+        dtype: r.dtype as string,
+        device: r.device as string,
+        vocabSize: r.vocabSize as number,
+        fimTemplate: r.fimTemplate as string,
+        fimSource: optional(r.fimSource),
+        format: optional(r.format),
+        quantization: optional(r.quantization),
+    };
+}
+
 export interface StatusView {
     text: string;
     tooltip: string;
     error: boolean;
 }
 
-export function statusView(state: ServerState, last?: LastCompletion): StatusView {
+export function statusView(state: ServerState, last?: LastCompletion, model?: ModelSummary): StatusView {
     const name = 'fsm-complete';
+    const about = model ? `\n${modelLine(model)}` : '';
     switch (state.kind) {
         case 'starting':
             return { text: `$(loading~spin) ${name}`, tooltip: `${name}: starting the server`, error: false };
@@ -43,7 +99,7 @@ export function statusView(state: ServerState, last?: LastCompletion): StatusVie
         }
         case 'ready': {
             if (!last) {
-                return { text: `$(check) ${name}`, tooltip: `${name}: ready`, error: false };
+                return { text: `$(check) ${name}`, tooltip: `${name}: ready${about}`, error: false };
             }
             const parts = [`${Math.round(last.latencyMs)} ms`];
             if (last.fuses !== undefined) {
@@ -59,7 +115,7 @@ export function statusView(state: ServerState, last?: LastCompletion): StatusVie
             if (last.fuses !== undefined) {
                 tooltip.push(`${last.fuses} fused steps`);
             }
-            return { text: `$(check) ${name} ${parts.join(' · ')}`, tooltip: tooltip.join(', '), error: false };
+            return { text: `$(check) ${name} ${parts.join(' · ')}`, tooltip: tooltip.join(', ') + about, error: false };
         }
         case 'error':
             return { text: `$(error) ${name}`, tooltip: `${state.message}\nClick to show the logs.`, error: true };

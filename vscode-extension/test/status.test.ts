@@ -1,6 +1,6 @@
 import * as assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { engineStats, stateAfterLoad, statusView } from '../src/status';
+import { engineStats, modelSummary, stateAfterLoad, statusView } from '../src/status';
 
 describe('statusView', () => {
     it('shows model loading with its percentage', () => {
@@ -16,6 +16,29 @@ describe('statusView', () => {
         assert.match(view.tooltip, /9 tokens/);
         assert.equal(statusView({ kind: 'ready' }, { latencyMs: 80, offered: false }).text, '$(check) fsm-complete 80 ms');
         assert.equal(statusView({ kind: 'ready' }).text, '$(check) fsm-complete');
+    });
+
+    it('names the loaded model in the tooltip', () => {
+        const model = modelSummary({
+            name: 'ollama:qwen2.5-coder:1.5b',
+            parameters: 1543714304,
+            dtype: 'float32',
+            device: 'cpu',
+            vocabSize: 151665,
+            fimTemplate: 'qwen',
+            fimSource: 'metadata',
+            format: 'gguf',
+            quantization: 'Q8_0',
+        });
+        assert.ok(model);
+        const ready = statusView({ kind: 'ready' }, undefined, model);
+        assert.equal(ready.text, '$(check) fsm-complete');
+        assert.match(ready.tooltip, /model ollama:qwen2\.5-coder:1\.5b: 1543\.7 M parameters \(GGUF Q8_0\)/);
+        assert.match(ready.tooltip, /float32 on cpu, vocabulary 151665, FIM template qwen \(metadata\)/);
+        const after = statusView({ kind: 'ready' }, { latencyMs: 50, offered: true }, model);
+        assert.match(after.tooltip, /last completion: 50 ms[^]*FIM template qwen/);
+        assert.equal(modelSummary({ name: 'x' }), undefined);
+        assert.equal(modelSummary(null), undefined);
     });
 
     it('marks errors', () => {
