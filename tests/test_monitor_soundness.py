@@ -151,7 +151,7 @@ def teacher_force(path: Path, tok, vocab, policies, rng: random.Random, counts: 
         completion, suffix = _span(text, p)
         prefix = text[:p]
         counts["names positions"] += 1
-        why = _force_names(prefix, completion, suffix, state, document_names(prefix + suffix))
+        why = _force_names(prefix, completion, suffix, state, document_names(prefix + suffix, len(prefix)))
         if why:
             counts["names refusals"] += 1
             out.append(f"{path.name}:{prefix.count(chr(10)) + 1} names: {why}")

@@ -242,3 +242,58 @@ def test_a_half_typed_unbound_word_is_not_finished_into_valid_code(engine, buffe
     except SyntaxError:
         return  # nothing that compiles: the user goes on typing
     assert word not in undefined(done), (result.text, result.validation)
+
+
+SCOPES = '''import os
+LIMIT = 3
+
+
+def load(path, mode):
+    """def fake(): a def in a string is none"""
+    handle = open(path, mode)
+    return handle
+
+
+def save(data):
+    global CACHE
+    CACHE = data
+    def inner(item):
+        return item
+    return inner(data)
+
+
+class Store:
+    size = 1
+
+    def grow(self, step): return step
+
+    def shrink(self):
+        smaller = self.size - 1
+        █
+'''
+
+
+def test_document_names_at_a_cursor_leave_out_other_functions_locals():
+    """Language Reference 4.2.2: a function's locals are not visible in another function; the
+    names of its header, globals it declares, class bodies and enclosing functions stay."""
+    prefix, suffix = SCOPES.split("█")
+    names = document_names(prefix + suffix, len(prefix)).names
+    assert {"os", "LIMIT", "load", "save", "Store", "CACHE", "smaller", "self", "size"} <= names
+    assert not {"handle", "inner", "item"} & names  # locals of load, save and inner
+    assert {"handle", "inner", "item"} <= document_names(prefix + suffix).names  # without a cursor: all
+    inside = SCOPES.index("return inner(data)")
+    assert {"inner", "data"} <= document_names(SCOPES, inside).names and "handle" not in document_names(SCOPES, inside).names
+
+
+@pytest.mark.parametrize("completion,refused", [
+    ("return handle\n", "handle"),  # another function's local (pyflakes F821)
+    ("return inner(smaller)\n", "inner"),
+    ("return CACHE, LIMIT, os.sep, smaller\n", None),  # globals, a declared global, this function's local
+    ("return self.grow(smaller)\n", None),
+])
+def test_a_name_local_to_another_function_is_refused(completion, refused):
+    refusal, _, _ = run(SCOPES, completion)
+    if refused is None:
+        assert refusal is None, refusal
+    else:
+        assert refusal is not None and repr(refused) in refusal.detail, refusal

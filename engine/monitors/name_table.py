@@ -46,11 +46,29 @@ class DocumentNames:
     dynamic: bool
 
 
-def document_names(text: str) -> DocumentNames:
+def document_names(text: str, cursor: int | None = None) -> DocumentNames:
     """Scan ``text`` (a whole document, half-typed code welcome: unterminated strings end at their
     line or the text's end) for its names. A tolerant regex scanner, not ``ast``: any text gives an
     answer. Lenient on purpose: a name *used* anywhere counts as known, so the monitor never refuses
-    what the document itself does."""
+    what the document itself does.
+
+    With ``cursor`` (a code-point offset, 0-based) the names are those a load at the cursor can
+    see (Python's scoping, Language Reference 4.2.2): the bodies of functions that do not enclose
+    the cursor are left out (their locals are not visible there; :func:`hidden_bodies`), except
+    the names of their ``global``/``nonlocal`` statements. Still lenient: class bodies, headers and
+    every enclosing function stay whole."""
+    if cursor is not None:
+        spans = hidden_bodies(text, cursor)
+        if spans:
+            kept, declared, at = [], set(), 0
+            for a, b in spans:
+                kept.append(text[at:a])
+                for group in _DECLARED.findall(text, a, b):
+                    declared.update(re.findall(r"[^\W\d]\w*", group))
+                at = b
+            kept.append(text[at:])
+            found = document_names("\n".join(kept))
+            return DocumentNames(found.names | declared, found.attributes, bool(_DYNAMIC.search(text)))
     names: set[str] = set()
     attributes: set[str] = set()
     after_dot = False
@@ -70,3 +88,81 @@ def document_names(text: str) -> DocumentNames:
         elif kind != "comment":
             after_dot = False
     return DocumentNames(frozenset(names), frozenset(attributes), bool(_DYNAMIC.search(text)))
+
+
+_DECLARED = re.compile(r"\b(?:global|nonlocal)[ \t]+([^\W\d]\w*(?:[ \t]*,[ \t]*[^\W\d]\w*)*)")
+_SCOPE_TOKEN = re.compile(_TOKEN.pattern + r"""
+  | (?P<open>[(\[{]) | (?P<close>[)\]}]) | (?P<colon>:) | (?P<nl>\n) | (?P<cont>\\\n)
+  | (?P<other>[^\s])
+""", re.VERBOSE | re.MULTILINE)
+
+
+def hidden_bodies(text: str, cursor: int) -> list[tuple[int, int]]:
+    """Spans ``[start, end)`` of the bodies of ``def`` statements that do not enclose ``cursor``,
+    outermost first and not overlapping. A body is what follows its header's ``:``: the rest of that
+    line when code follows the colon, else the lines indented deeper than the ``def`` (blank and
+    comment-only lines, lines inside brackets or strings and backslash continuations never end
+    it). Read with the names scanner's tokens, so a ``def`` in a string or comment is none."""
+    spans: list[tuple[int, int]] = []
+    opened: list[list] = []  # [def column, body start or -1 (in the header), one-line body]
+    depth = 0
+    line_start = 0  # offset of the current physical line
+    first = True  # the next token is the first of a logical line
+    cont = False  # the line follows a backslash continuation
+    line_tokens = 0  # tokens on the current logical line so far
+    header_col = -1  # column of a ``def`` whose header's colon is not reached yet
+    after_colon = False  # the last token closed a header: does code follow on its line?
+
+    def close(pos: int, col: int) -> None:
+        while opened and opened[-1][1] >= 0 and opened[-1][0] >= col:
+            _, start, _ = opened.pop()
+            if not start <= cursor <= pos:
+                spans.append((start, pos))
+
+    for m in _SCOPE_TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "nl":
+            if depth == 0:
+                if after_colon:  # nothing after the header's colon: an indented block follows
+                    after_colon = False
+                elif opened and opened[-1][2]:  # a one-line body ends with its line
+                    close(m.start(), opened[-1][0])
+                first, line_tokens = True, 0
+            line_start = m.end()
+            continue
+        if kind == "cont":
+            line_start, cont = m.end(), True
+            continue
+        if kind == "comment":
+            continue
+        if first and depth == 0 and not cont:
+            col = m.start() - line_start
+            close(line_start, col)  # a code line at or left of a def's column ends its body
+            first = False
+        cont = False
+        line_tokens += 1
+        if after_colon:  # code right after the header's colon: a one-line body
+            after_colon = False
+            opened[-1][2] = True
+        if kind == "name" and m.group() == "def" and depth == 0 and (
+                line_tokens == 1 or (line_tokens == 2 and text[line_start:m.start()].strip() == "async")):
+            header_col = len(text[line_start:m.start()]) - len(text[line_start:m.start()].lstrip())
+        elif kind == "open":
+            depth += 1
+        elif kind == "close":
+            depth = max(0, depth - 1)
+        elif kind == "colon" and depth == 0 and header_col >= 0:
+            opened.append([header_col, m.end(), False])
+            header_col, after_colon = -1, True
+    while opened:
+        _, start, _ = opened.pop()
+        if opened and opened[-1][1] < 0:
+            continue
+        if not start <= cursor <= len(text):
+            spans.append((start, len(text)))
+    spans.sort()
+    outer: list[tuple[int, int]] = []
+    for a, b in spans:
+        if not outer or a >= outer[-1][1]:
+            outer.append((a, b))
+    return outer

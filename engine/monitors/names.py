@@ -3,9 +3,9 @@
 Every identifier the completion writes in code is judged when it ends (a prefix of a bound name is
 never refused while it is being written):
 
-* in a **load** position it must be bound: a name of the document (any scope, prefix + suffix, see
-  :func:`document_names`), a builtin, a module dunder (``__name__``...), a soft keyword, or a name
-  the completion bound before it;
+* in a **load** position it must be bound: a name of the document that the cursor can see
+  (prefix + suffix; other functions' bodies left out, see :func:`document_names`), a builtin, a
+  module dunder (``__name__``...), a soft keyword, or a name the completion bound before it;
 * a new name may only appear in a **binding** position: after ``def``/``class``/``as``/``import``/
   ``global``/``nonlocal``, a ``for`` target (statement or comprehension) up to its ``in``, a
   ``lambda`` or ``def`` parameter, a name followed by ``=`` (assignment, keyword argument, default),
@@ -389,7 +389,7 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
     namespace is dynamic, or when no line start within ``lookback`` lines (tried 1, 2, 4... lines
     up) replays to the lexer's bracket depth (a statement this monitor cannot place: enforce
     nothing). Earlier statements replayed with it only add context (what they bound)."""
-    names = names if names is not None else document_names(prefix + suffix)
+    names = names if names is not None else document_names(prefix + suffix, len(prefix))
     if names.dynamic:
         return None
     known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
@@ -417,7 +417,8 @@ def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str) -> None:
     word itself is known only if the document uses it elsewhere (its own occurrence at the cursor,
     with any word characters right after the cursor, is left out of the table)."""
     head = len(suffix) - len(suffix.lstrip(_WORD_CHARS)) if suffix[:1] in _WORD_CHARS else 0
-    names = document_names(prefix[:len(prefix) - len(monitor.word)] + " " + suffix[head:])
+    before = prefix[:len(prefix) - len(monitor.word)]
+    names = document_names(before + " " + suffix[head:], len(before))
     monitor.known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
     monitor.word_user = False
     monitor.typed = monitor.word
