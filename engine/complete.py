@@ -35,11 +35,11 @@ from .fsm import (
     detect_indent_style,
 )
 from .lexing import PrefixLexer
-from .monitors.base import PROSE_MODES
 from .monitors.filter import SemanticFilter
-from .monitors.setup import RequiredArgumentTables, describe, monitors_at
+from .monitors.setup import RequiredArgumentTables, describe
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
 from .settings import Settings
+from .spec import ConstraintSpec, constraint_spec, start_from_spec
 from .stages import Stages
 from .step_mask import StepMask
 from .text import normalize_eol, original_length, scalar_text
@@ -62,6 +62,7 @@ class Engine(DecodeLoop):
         self.monitor_filter: SemanticFilter | None = None
         self._lock = threading.Lock()
         self.model_name = ""
+        self.vocab_digest = ""  # the tokenizer's vocabulary digest (engine.vocab.Vocabulary.digest), in specs
         self.load_error: str | None = None
         self._required_arguments = RequiredArgumentTables()
         self._recent: list[tuple[tuple, str, str, Completion]] = []  # (request key, prefix, suffix, result)
@@ -103,6 +104,7 @@ class Engine(DecodeLoop):
             self.load_error = str(exc)
             raise
         self.lm, self.builder, self.index = lm, builder, index
+        self.vocab_digest = vocab.digest()
         self.kv = KVCache(lm.model, lm.device, lm.prefill_threads)
         self.model_name = lm.name
         logit_size = int(getattr(lm.model.config, "vocab_size", vocab.size) or vocab.size)
@@ -293,43 +295,31 @@ class Engine(DecodeLoop):
     # -- before decoding ----------------------------------------------------------------------------
 
     def _start(self, req: CompletionRequest, plan: Plan, result: Completion, stages: Stages) -> Start:
-        """The lexer, FSM guide, first-token rule and semantic monitors at the cursor.
-
-        Token healing: BPE tokens carry their leading space (``" '__main__'"``), so a single space
-        typed before the cursor is handed back to the model, which must start with it. Adds the
-        semantic monitors' setup time (jedi) to ``stages.semantics``."""
+        """The lexer, FSM guide, first-token rule and semantic monitors at the cursor, from the
+        request's :class:`engine.spec.ConstraintSpec` (:meth:`constraint_spec`; sent through JSON
+        first when :attr:`wire_spec` is set, as a remote backend would). Adds the semantic monitors'
+        setup time (jedi) to ``stages.semantics``."""
         s = self.settings
-        start = Start()
-        if plan.constrained or s.constraints.validate:
-            start.style = detect_indent_style(plan.prefix)
         if not plan.constrained:
-            return start
-        prefix, cursor_line = plan.prefix, plan.cursor_line
-        state = None
-        if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  "):
-            state, _recoveries = self.prefix_lexer.lex(prefix[:-1], start.style)
-            start.heal = " " if state.mode not in PROSE_MODES else ""
-        if not start.heal:
-            state, _recoveries = self.prefix_lexer.lex(prefix, start.style)
-        mode_policy = plan.fp.policy if plan.fp is not None else None
-        if s.constraints.code_only and state.mode not in PROSE_MODES and (mode_policy is None or mode_policy.code_only):
-            state = state.copy()
-            state.code_only = True  # completing code: comments are masked (the mode policy)
-        start.guide = PythonGuide(self.index, state, self.memo)
-        start.lex = state.copy()
-        start.first = self.masks.first_token_rule(start.heal, cursor_line, plan.multiline)
-        if s.constraints.semantic:
-            c = s.constraints
-            ts = time.perf_counter()
-            sem = monitors_at(prefix[: len(prefix) - len(start.heal)], plan.suffix, req.path, state,
-                              self._required_arguments.for_path(c.required_arguments, req.path),
-                              member_access=c.member_access, domain_vocabulary=c.domain_vocabulary,
-                              multiline=plan.multiline)
-            start.sem_start = (state.copy(), sem.copy())
-            result.semantics = describe(sem)
-            start.sem = sem if sem.active else None
-            stages.semantics += time.perf_counter() - ts
+            return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None)
+        spec = self.constraint_spec(req, plan, stages)
+        if self.wire_spec:
+            spec = ConstraintSpec.from_json(spec.to_json())
+        start = start_from_spec(spec, self.index, self.memo, self.masks)
+        if start.sem_start is not None:
+            result.semantics = describe(start.sem_start[1])  # shares the decoding monitors' refusal counts
         return start
+
+    wire_spec = False  # send each spec through JSON before decoding (tests: the remote path, in process)
+
+    def constraint_spec(self, req: CompletionRequest, plan: Plan, stages: Stages | None = None) -> ConstraintSpec:
+        """The :class:`engine.spec.ConstraintSpec` of a constrained request (``plan.constrained``):
+        everything its decoding obeys, wherever the model runs. Adds the semantic monitors' setup
+        time (jedi) to ``stages.semantics``."""
+        return constraint_spec(req, plan, self.settings, self.prefix_lexer, self._required_arguments.for_path,
+                               stop_ids=set(self.builder.stop_ids) | set(self.index.vocab.eos_ids),
+                               stop_tokens=self.builder.tpl.stop_tokens, vocab_digest=self.vocab_digest,
+                               stages=stages)
 
     # -- project context ----------------------------------------------------------------------------
 
