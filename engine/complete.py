@@ -269,6 +269,19 @@ class Engine(DecodeLoop):
         t5 = clock()
         cursor = self._cursor(plan, start)
         t6 = clock()
+        self._outcome(req, plan, start, dec, cursor, result)
+        t7 = clock()
+        stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3
+        stages.lexing += t6 - t5
+        stages.decoded(dec, t5 - t4, (result.context.get("mix_ms", 0.0) - mixed) / 1e3 if history is not None else 0.0)
+        stages.validate = t7 - t6
+        result.timings_ms = stages.as_ms(total=t7 - t0)
+        return result
+
+    def _outcome(self, req: CompletionRequest, plan: Plan, start: Start, dec: Decoding, cursor, result: Completion
+                 ) -> None:
+        """The decoded draft finished for the editor (:func:`engine.finish.finish`, the editor's
+        shape, the confidence gate, line endings) into ``result``'s text, range and stop reason."""
         text = finish(self._draft(dec, start), cursor, result)
         shaped = for_editor(text, plan.context, plan.line_suffix, plan.single_line)
         if shaped != text:
@@ -284,13 +297,6 @@ class Engine(DecodeLoop):
         result.text = text
         result.replace_suffix = original_length(req.suffix, result.replace_suffix)  # in the request's code points
         result.stop_reason = stop
-        t7 = clock()
-        stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3
-        stages.lexing += t6 - t5
-        stages.decoded(dec, t5 - t4, (result.context.get("mix_ms", 0.0) - mixed) / 1e3 if history is not None else 0.0)
-        stages.validate = t7 - t6
-        result.timings_ms = stages.as_ms(total=t7 - t0)
-        return result
 
     # -- before decoding ----------------------------------------------------------------------------
 
@@ -306,6 +312,7 @@ class Engine(DecodeLoop):
         if self.wire_spec:
             spec = ConstraintSpec.from_json(spec.to_json())
         start = start_from_spec(spec, self.index, self.memo, self.masks)
+        start.spec = spec
         if start.sem_start is not None:
             result.semantics = describe(start.sem_start[1])  # shares the decoding monitors' refusal counts
         return start

@@ -269,6 +269,7 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
     monitors = resolver = None
     if s.constraints.semantic:
         c = s.constraints
+        ts = time.perf_counter()
         policies = policies_for(c.required_arguments, req.path)
         monitors = monitors_at(prefix[: len(prefix) - len(heal)], plan.suffix, req.path, state, policies,
                                member_access=c.member_access, domain_vocabulary=c.domain_vocabulary,
@@ -276,6 +277,8 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
         if monitors.resolver is not None:
             resolver = ResolverSpec(req.path, policies.profile, dict(policies.rules))
             monitors.resolver = None  # travels as its configuration (see ResolverSpec)
+        if stages is not None:
+            stages.semantics += time.perf_counter() - ts
     c = s.constraints
     tail = prefix[-max(64, len(cursor_line)):]
     return ConstraintSpec(

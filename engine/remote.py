@@ -1,0 +1,122 @@
+"""A completion decoded by a serving engine elsewhere (vLLM): the client's two halves.
+
+:func:`prepare` does everything before decoding where the document lives: the plan, the
+:class:`engine.spec.ConstraintSpec` (jedi, the lexer) and the FIM prompt's token ids. The server
+decodes ``prompt_ids`` greedily or by sampling, with the spec enforced per step
+(:mod:`fsm_complete.vllm`), and returns the token ids. :func:`settle` replays those ids through
+the same constraint code (:func:`engine.constrained.replay`) and finishes the text exactly as the
+in-process engine does (:meth:`engine.complete.Engine._outcome`).
+
+Differences from in-process decoding, by construction: no backtracking after a dead end (the row
+stops instead), no project-context cache mixing and no speculative drafts (a greedy result does not
+depend on them... the cache mixing does: turn ``context.cacheModel`` off to compare), and the
+server's own model kernels (greedy ties may break differently).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .api import Completion, CompletionRequest, StopReason
+from .constrained import RowTables, replay
+from .decode_loop import Decoding, Start
+from .plan import Plan, plan_request
+from .spec import ConstraintSpec
+from .stages import Stages
+
+
+@dataclass
+class RemoteRequest:
+    """One completion as a serving engine gets it: the FIM prompt's token ids, the constraint
+    ``spec`` (None: unconstrained), the token budget, the stop token ids and the sampling settings;
+    and the client's own state for :func:`settle` (``req``, ``plan``, ``start``, ``result``)."""
+
+    prompt_ids: list[int]
+    spec: ConstraintSpec | None
+    max_tokens: int
+    stop_ids: list[int]
+    temperature: float
+    top_p: float
+    seed: int
+    req: CompletionRequest = field(repr=False, default=None)
+    plan: Plan = field(repr=False, default=None)
+    start: Start = field(repr=False, default=None)
+    result: Completion = field(repr=False, default=None)
+
+    def sampling(self, spec_key: str = "fsm_spec") -> dict:
+        """Keyword arguments of vLLM's ``SamplingParams`` (also the OpenAI completions body's
+        fields; the spec goes in ``extra_args`` / ``vllm_xargs`` under ``spec_key`` as JSON)."""
+        out = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+               "seed": self.seed, "stop_token_ids": list(self.stop_ids), "skip_special_tokens": False}
+        if self.spec is not None:
+            out["extra_args"] = {spec_key: self.spec.to_json()}
+        return out
+
+
+def prepare(engine, req: CompletionRequest) -> RemoteRequest | Completion:
+    """The :class:`RemoteRequest` for ``req`` on a loaded ``engine`` (its tokenizer, FIM template,
+    FSM index and settings; the model itself is not run), or the finished :class:`Completion` when
+    nothing is to be decoded (a ``.`` typed in a comment)."""
+    req = engine._scalar_request(req)
+    plan = plan_request(req, engine.settings)
+    result = Completion(text="", multiline=plan.multiline, cursor_context=plan.context.kind)
+    if req.trigger_character is not None and not plan.in_code:
+        result.stop_reason = StopReason.NOT_CODE
+        return result
+    if plan.fp is not None:
+        result.fingerprint = plan.fp.as_dict()
+    stages = Stages()
+    start = engine._start(req, plan, result, stages)
+    spec = start.spec
+    prompt = engine.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
+    stop_ids = sorted(set(engine.builder.stop_ids) | set(engine.index.vocab.eos_ids))
+    return RemoteRequest(list(prompt.ids), spec, plan.max_tokens, stop_ids, plan.temperature, plan.top_p, plan.seed,
+                         req, plan, start, result)
+
+
+def tables_of(engine) -> RowTables:
+    """The engine's own tables as :class:`engine.constrained.RowTables` (no copy)."""
+    tables = getattr(engine, "_row_tables", None)
+    if tables is None or tables.index is not engine.index:
+        tables = RowTables(engine.index, engine.masks, engine.monitor_filter, engine.memo)
+        engine._row_tables = tables
+    return tables
+
+
+def settle(engine, remote: RemoteRequest, token_ids, finished_by_length: bool = False) -> Completion:
+    """The :class:`Completion` of ``remote`` from the token ids the server decoded (a trailing
+    stop token included or not): replayed through the constraints, finished as in process.
+    ``finished_by_length``: the server stopped at ``max_tokens``."""
+    req, plan, start, result = remote.req, remote.plan, remote.start, remote.result
+    ids = [int(t) for t in token_ids]
+    if remote.spec is not None:
+        row = replay(remote.spec, tables_of(engine), ids, finished_by_length)
+        dec = row.dec
+        result.tokens = len(dec.gen)
+    else:
+        dec = _unconstrained(engine, plan, ids, finished_by_length)
+        result.tokens = len(dec.gen)
+    result.prompt_tokens = len(remote.prompt_ids)
+    engine._outcome(req, plan, start, dec, engine._cursor(plan, start), result)
+    return result
+
+
+def _unconstrained(engine, plan: Plan, ids: list[int], finished_by_length: bool) -> Decoding:
+    """The decoded text of an unconstrained request: up to the first stop id, with the stop rules."""
+    tokens, stop_ids = engine.index.vocab.tokens, set(engine.builder.stop_ids) | set(engine.index.vocab.eos_ids)
+    dec = Decoding(sem=None)
+    dec.stop = StopReason.MAX_TOKENS
+    for tok in ids:
+        if tok in stop_ids:
+            dec.stop = StopReason.EOS
+            break
+        dec.gen.append(tok)
+        dec.text = b"".join(tokens[t] or b"" for t in dec.gen).decode("utf-8", "ignore")
+        dec.ends.append(len(dec.text))
+        dec.accepting.append(len(dec.text))
+        if engine._stops_after(dec, plan):
+            break
+    if dec.stop == StopReason.MAX_TOKENS and not finished_by_length and len(dec.gen) < plan.max_tokens:
+        dec.stop = StopReason.EOS
+    engine._budget_cut(dec, plan)
+    return dec
