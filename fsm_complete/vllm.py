@@ -88,6 +88,9 @@ class TableCache:
         return tables
 
 
+BATCHES: list = []  # every ConstrainedBatch of this process (its counts: lab.vllm_parity reports them)
+
+
 class _Slot:
     """One batch row: its constraint ``row``, the request's live ``output`` token list (vLLM's
     reference) and how many of those the row has seen."""
@@ -119,6 +122,9 @@ class ConstrainedBatch:
         self.tables = tables
         self.slots: dict[int, _Slot] = {}
         self.failures = 0  # rows that started in the error state (unreadable spec, other tokenizer)
+        # batch updates seen (rows added with a spec, removed, moved one way, swapped; masked row-steps)
+        self.counts = {"added": 0, "removed": 0, "moved": 0, "swapped": 0, "masked": 0}
+        BATCHES.append(self)
 
     def new_row(self, extra_args, logit_size: int):
         """The :class:`engine.constrained.ConstrainedRow` of a request (None: no spec). Never raises:
@@ -166,20 +172,23 @@ class ConstrainedBatch:
         """One persistent-batch update, in vLLM's order: removed, added, moved. ``added``:
         ``(index, extra_args, output_ids)`` (``output_ids`` is the request's live list); ``moved``:
         ``(a, b, swap)`` (swap False: the request at ``a`` moves to ``b``, replacing it)."""
+        c = self.counts
         for index in removed:
-            self.slots.pop(index, None)
+            c["removed"] += self.slots.pop(index, None) is not None
         for index, extra_args, output_ids in added:
             row = self.new_row(extra_args, logit_size)
             if row is None:
                 self.slots.pop(index, None)  # an unconstrained request replaces whatever was there
             else:
                 self.slots[index] = _Slot(row, output_ids)
+                c["added"] += 1
         for a, b, swap in moved:
             sa, sb = self.slots.pop(a, None), self.slots.pop(b, None)
             if sa is not None:
                 self.slots[b] = sa
             if swap and sb is not None:
                 self.slots[a] = sb
+            c["swapped" if swap else "moved"] += sa is not None or (swap and sb is not None)
 
     def catch_up(self) -> None:
         for slot in self.slots.values():
@@ -193,6 +202,7 @@ class ConstrainedBatch:
         for index, slot in self.slots.items():
             if index < logits.shape[0]:
                 logits[index] = slot.row.mask(logits[index])
+                self.counts["masked"] += 1
         return logits
 
 
