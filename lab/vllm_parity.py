@@ -47,6 +47,27 @@ def _requests(tasks, extra):
     return reqs + [CompletionRequest(**kw) for kw in extra]
 
 
+def distinct_tasks(n: int, seed: int) -> list:
+    """``n`` benchmark tasks (kinds in equal shares, as :func:`lab.tasks.sample_tasks`), from as
+    many different documents as the held-out corpus gives: a wider sample, unseen files first."""
+    from lab.corpus import held_out_files
+    from lab.tasks import KINDS, sample_tasks
+
+    pool = sample_tasks(held_out_files(), 4 * n, seed)
+    chosen, seen = [], set()
+    for i, kind in enumerate(KINDS):
+        share = n // len(KINDS) + (1 if i < n % len(KINDS) else 0)
+        of_kind = [t for t in pool if t.kind == kind]
+        picked = []
+        for t in of_kind:  # first pass: one task per unseen document
+            if len(picked) < share and t.path not in seen:
+                picked.append(t)
+                seen.add(t.path)
+        picked += [t for t in of_kind if t not in picked][: share - len(picked)]  # then any
+        chosen += picked
+    return chosen
+
+
 SEED_EXAMPLE = {"prefix": 'import requests\nrequests.get("https://example.org", ', "suffix": "\n"}
 
 
@@ -58,14 +79,12 @@ def run(n_tasks: int, seed: int, unconstrained: int) -> dict:
 
     from engine.remote import prepare, settle
     from fsm_complete.vllm import BATCHES
-    from lab.corpus import held_out_files
-    from lab.tasks import sample_tasks
 
     t0 = time.perf_counter()
     engine = _engine()
     llm = _llm(str(engine.settings.model_dir()))
     load_s = time.perf_counter() - t0
-    tasks = sample_tasks(held_out_files(), n_tasks, seed)
+    tasks = distinct_tasks(n_tasks, seed)
     reqs = _requests(tasks, [SEED_EXAMPLE])
     import dataclasses
 
@@ -90,7 +109,7 @@ def run(n_tasks: int, seed: int, unconstrained: int) -> dict:
         ids_vllm = [t for t in o.token_ids if t not in r.stop_ids]
         rows.append({
             "i": i, "kind": tasks[i].kind if i < len(tasks) else ("seed" if i == len(tasks) else "unconstrained"),
-            "constrained": req.constraints, "same_text": a.text == b.text,
+            "path": req.path, "constrained": req.constraints, "same_text": a.text == b.text,
             # unconstrained: vLLM has no stop rules for the row, so it decodes on past the local stop
             "same_ids": ids_local == ids_vllm if req.constraints else ids_vllm[: len(ids_local)] == ids_local,
             "text_local": a.text, "text_vllm": b.text, "stop_local": str(a.stop_reason), "stop_vllm": str(b.stop_reason),

