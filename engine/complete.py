@@ -74,6 +74,13 @@ class Engine(DecodeLoop):
     def ready(self) -> bool:
         return self.lm is not None
 
+    @property
+    def remote(self) -> bool:
+        """A vLLM server decodes (settings ``model.backend`` ``"vllm"``; :mod:`engine.remote`)."""
+        from .remote import RemoteModel
+
+        return self.lm is not None and isinstance(self.lm.model, RemoteModel)
+
     def load(self, progress=None) -> None:
         """Load model, tokenizer and FSM index. ``progress(message, percent)``. Raises ModelError."""
         from .decode import KVCache
@@ -88,7 +95,14 @@ class Engine(DecodeLoop):
         s = self.settings
         try:
             report("loading model", 5)
-            lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder)
+            if s.model.backend == "vllm":  # a vLLM server decodes: the tokenizer and config only (engine.remote)
+                from .remote import load_remote
+
+                lm = load_remote(s)
+            elif s.model.backend == "local":
+                lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder)
+            else:
+                raise ModelError(f"unknown model.backend {s.model.backend!r}; use \"local\" or \"vllm\"")
             report("building the FIM prompt template", 50)
             requested = s.model.fim_template
             if requested == "auto":  # a checkpoint may name its template (the embedded model does)
@@ -105,7 +119,7 @@ class Engine(DecodeLoop):
             raise
         self.lm, self.builder, self.index = lm, builder, index
         self.vocab_digest = vocab.digest()
-        self.kv = KVCache(lm.model, lm.device, lm.prefill_threads)
+        self.kv = None if self.remote else KVCache(lm.model, lm.device, lm.prefill_threads)
         self.model_name = lm.name
         logit_size = int(getattr(lm.model.config, "vocab_size", vocab.size) or vocab.size)
         self.masks = StepMask(vocab.tokens, set(vocab.eos_ids) | set(builder.stop_ids), logit_size, lm.device)
@@ -139,7 +153,7 @@ class Engine(DecodeLoop):
         ``stop`` set (a request arrived) ends it after the current chunk of
         :attr:`WARM_UP_CHUNK` tokens. Returns the prompt tokens newly prefilled. Never raises: a
         failure only costs the warm-up (the KV cache is reset)."""
-        if self.lm is None or not self._lock.acquire(blocking=False):
+        if self.lm is None or self.remote or not self._lock.acquire(blocking=False):
             return 0
         try:
             prefix, suffix = normalize_eol(scalar_text(prefix)).rstrip(" "), normalize_eol(scalar_text(suffix))
@@ -234,13 +248,18 @@ class Engine(DecodeLoop):
             except ModelError:
                 raise
             except RuntimeError as exc:  # torch OOM and friends: keep the server alive
-                self.kv.reset()
+                if self.kv is not None:
+                    self.kv.reset()
                 if "out of memory" in str(exc).lower():
                     raise ModelError(f"out of memory during decoding: {exc}; lower max tokens or context, or use "
                                      "device \"cpu\"") from exc
                 raise
 
     def _complete(self, req: CompletionRequest) -> Completion:
+        if self.remote:
+            from .remote import complete_remote
+
+            return complete_remote(self, req)
         clock = time.perf_counter
         t0 = clock()
         plan = plan_request(req, self.settings)  # the fingerprint is most of it

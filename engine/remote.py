@@ -120,3 +120,121 @@ def _unconstrained(engine, plan: Plan, ids: list[int], finished_by_length: bool)
         dec.stop = StopReason.EOS
     engine._budget_cut(dec, plan)
     return dec
+
+
+# -- the vLLM backend (settings model.backend = "vllm") ----------------------------------------------
+
+
+class RemoteModel:
+    """Stands for the model in :class:`engine.model.LoadedModel` when a vLLM server decodes: the
+    checkpoint's ``config`` (from its config.json; no weights are loaded) and the server's ``client``."""
+
+    def __init__(self, config, client: VllmClient):
+        self.config = config
+        self.client = client
+
+
+class VllmClient:
+    """A vLLM server's OpenAI-compatible ``/v1/completions`` (``url``: its base URL), asked for token
+    ids in and out (``prompt`` as ids, ``return_token_ids``) with the spec in ``vllm_xargs``.
+    ``timeout``: seconds per request. Raises :class:`engine.errors.ModelError` with the fix."""
+
+    def __init__(self, url: str, timeout: float = 60.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._model: str | None = None
+
+    def _call(self, path: str, body: dict | None = None) -> dict:
+        import json
+        import urllib.error
+        import urllib.request
+
+        from .errors import ModelError
+
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - the configured URL
+                return json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:500]
+            raise ModelError(f"the vLLM server at {self.url} refused {path}: HTTP {exc.code} {detail}") from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ModelError(f"the vLLM server at {self.url} did not answer {path} ({exc}); start it with "
+                             "`vllm serve MODEL_DIR --dtype float32` in the environment of scripts/vllm-env.sh "
+                             "(docs/scale.md) or set model.backend to \"local\"") from exc
+
+    def model_name(self) -> str:
+        """The served model's name (the first of ``/v1/models``; asked once)."""
+        if self._model is None:
+            from .errors import ModelError
+
+            models = self._call("/v1/models").get("data") or []
+            if not models:
+                raise ModelError(f"the vLLM server at {self.url} serves no model")
+            self._model = str(models[0]["id"])
+        return self._model
+
+    def decode(self, remote: RemoteRequest) -> tuple[list[int], bool]:
+        """The token ids the server decoded for ``remote`` and whether it stopped at ``max_tokens``."""
+        from .errors import ModelError
+
+        body = {"model": self.model_name(), "prompt": list(remote.prompt_ids), "return_token_ids": True}
+        sampling = remote.sampling()
+        extra = sampling.pop("extra_args", None)
+        body.update(sampling)
+        if extra:
+            body["vllm_xargs"] = extra
+        answer = self._call("/v1/completions", body)
+        try:
+            choice = answer["choices"][0]
+            return [int(t) for t in choice.get("token_ids") or []], choice.get("finish_reason") == "length"
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ModelError(f"the vLLM server at {self.url} answered without token ids: {str(answer)[:300]}") from exc
+
+
+def load_remote(settings):
+    """The :class:`engine.model.LoadedModel` of the vLLM backend: the served checkpoint's tokenizer
+    and config from ``settings.model_dir()`` (the same files the server reads), a
+    :class:`RemoteModel` for the model. Raises :class:`engine.errors.ModelError` with the fix."""
+    import json
+    from types import SimpleNamespace
+
+    import torch
+
+    from .errors import ModelError
+    from .model import LoadedModel, _load_tokenizer
+
+    url = settings.model.url.strip()
+    if not url:
+        raise ModelError("model.backend is \"vllm\" but model.url is empty; set it to the vLLM server's base URL "
+                         "(e.g. http://127.0.0.1:8000)")
+    path = settings.model_dir()
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"model directory {path} has no readable config.json; point model.path at the served "
+                         "checkpoint's directory (its tokenizer and config are read here)") from exc
+    tokenizer = _load_tokenizer(path)
+    window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
+    model = RemoteModel(SimpleNamespace(**config), VllmClient(url))
+    return LoadedModel(model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.float32,
+                       name=path.name, max_positions=window, parameters=0)
+
+
+def complete_remote(engine, req: CompletionRequest) -> Completion:
+    """One completion through the vLLM backend: :func:`prepare`, the server, :func:`settle`."""
+    import time
+
+    t0 = time.perf_counter()
+    remote = prepare(engine, req)
+    if isinstance(remote, Completion):
+        return remote
+    t1 = time.perf_counter()
+    ids, by_length = engine.lm.model.client.decode(remote)
+    t2 = time.perf_counter()
+    result = settle(engine, remote, ids, by_length)
+    t3 = time.perf_counter()
+    result.timings_ms = {"prepare": round((t1 - t0) * 1e3, 3), "server": round((t2 - t1) * 1e3, 3),
+                         "finish": round((t3 - t2) * 1e3, 3), "total": round((t3 - t0) * 1e3, 3)}
+    return result
