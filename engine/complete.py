@@ -29,7 +29,6 @@ from .errors import ModelError
 from .finish import finish, for_editor
 from .fsm import (
     MaskMemo,
-    PythonGuide,
     TokenIndex,
     default_cache_dir,
     detect_indent_style,

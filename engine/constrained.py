@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, field
 
 from .api import Completion, StopReason, TraceStep
-from .decode_loop import Decoding, DecodeLoop
+from .decode_loop import DecodeLoop, Decoding
 from .fsm import MaskMemo, TokenIndex
 from .monitors.filter import SemanticFilter
 from .plan import Plan

@@ -154,7 +154,7 @@ class VllmClient:
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - the configured URL
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # the configured server URL
                 return json.loads(response.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:500]

@@ -146,7 +146,7 @@ class ConstrainedBatch:
                 raise SpecError(f"the spec was built for another tokenizer (vocabulary {spec.vocab_digest[:12]}, "
                                 f"served {tables.digest[:12]}); serve the client's model")
             return ConstrainedRow(spec, tables)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (a request's spec never takes the model server down)
             log.warning("fsm-complete: cannot run the constraint spec, the request stops at once: %s", exc)
             self.failures += 1
             return ConstrainedRow.failed(str(exc), spec.stop_ids[0] if spec.stop_ids else 0)
@@ -160,13 +160,13 @@ class ConstrainedBatch:
         try:
             data = raw if isinstance(raw, dict) else json.loads(raw)
             return int(data["stop_ids"][0])
-        except Exception:
-            pass
+        except (TypeError, ValueError, KeyError, IndexError):
+            log.debug("no stop ids in the unreadable spec; the tokenizer's EOS stops it")
         try:
             eos = self.tables.tokenizer().eos_token_id
-            return int(eos) if eos is not None else 0
-        except Exception:
+        except Exception:  # noqa: BLE001 (any stop id beats a crash inside vLLM)
             return 0
+        return int(eos) if eos is not None else 0
 
     def update(self, removed, added, moved, logit_size: int) -> None:
         """One persistent-batch update, in vLLM's order: removed, added, moved. ``added``:
@@ -208,7 +208,7 @@ class ConstrainedBatch:
 
 try:  # the vLLM class exists only where vLLM is installed (scripts/vllm-env.sh)
     from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
-except Exception:  # pragma: no cover - the product's own environment has no vLLM
+except Exception:  # noqa: BLE001 - the product's own environment has no vLLM (or a broken one)
     LogitsProcessor = None
 
 

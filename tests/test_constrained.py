@@ -152,7 +152,7 @@ def test_batch_keeps_rows_through_removes_moves_and_swaps(batch_parts):
 
 
 def test_batch_masks_only_rows_with_a_spec_and_follows_their_tokens(local, batch_parts):
-    cache, (a, b, _c), width = batch_parts
+    cache, (a, _b, _c), width = batch_parts
     batch = ConstrainedBatch(cache)
     out_a, out_free = [], []
     batch.update([], [_added(a, 0, out_a), (1, {}, out_free)], [], width)

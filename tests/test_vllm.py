@@ -34,7 +34,7 @@ def report(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), VLLM_ENABLE_V1_MULTIPROCESSING="0",
                VLLM_CPU_KVCACHE_SPACE="1")
     proc = subprocess.run([str(VENV_PYTHON), "-m", "lab.vllm_parity", "--tasks", str(TASKS), "--json", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=False)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
     assert proc.returncode == 0, "lab.vllm_parity failed (its output is above)"
