@@ -47,7 +47,8 @@ class RemoteRequest:
         """Keyword arguments of vLLM's ``SamplingParams`` (also the OpenAI completions body's
         fields; the spec goes in ``extra_args`` / ``vllm_xargs`` under ``spec_key`` as JSON)."""
         out = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
-               "seed": self.seed, "stop_token_ids": list(self.stop_ids), "skip_special_tokens": False}
+               "seed": self.seed, "stop_token_ids": list(self.stop_ids), "skip_special_tokens": False,
+               "logprobs": 0}  # the sampled token's (the confidence score; see settle)
         if self.spec is not None:
             out["extra_args"] = {spec_key: self.spec.to_json()}
         return out
@@ -83,19 +84,25 @@ def tables_of(engine) -> RowTables:
     return tables
 
 
-def settle(engine, remote: RemoteRequest, token_ids, finished_by_length: bool = False) -> Completion:
+def settle(engine, remote: RemoteRequest, token_ids, finished_by_length: bool = False, logprobs=None
+           ) -> Completion:
     """The :class:`Completion` of ``remote`` from the token ids the server decoded (a trailing
     stop token included or not): replayed through the constraints, finished as in process.
-    ``finished_by_length``: the server stopped at ``max_tokens``."""
+    ``finished_by_length``: the server stopped at ``max_tokens``. ``logprobs``: the log-probability
+    of each returned token under the distribution it was sampled from (vLLM with
+    ``--logprobs-mode processed_logprobs``: after the constraints' mask, as in process; the
+    confidence score is None without them)."""
+    import torch
+
     req, plan, start, result = remote.req, remote.plan, remote.start, remote.result
     ids = [int(t) for t in token_ids]
     if remote.spec is not None:
-        row = replay(remote.spec, tables_of(engine), ids, finished_by_length)
-        dec = row.dec
-        result.tokens = len(dec.gen)
+        dec = replay(remote.spec, tables_of(engine), ids, finished_by_length).dec
     else:
         dec = _unconstrained(engine, plan, ids, finished_by_length)
-        result.tokens = len(dec.gen)
+    result.tokens = len(dec.gen)
+    if logprobs is not None and len(logprobs) >= len(dec.gen):
+        dec.logprobs = [torch.tensor(float(v)) for v in logprobs[: len(dec.gen)]]
     result.prompt_tokens = len(remote.prompt_ids)
     engine._outcome(req, plan, start, dec, engine._cursor(plan, start), result)
     return result
@@ -175,8 +182,9 @@ class VllmClient:
             self._model = str(models[0]["id"])
         return self._model
 
-    def decode(self, remote: RemoteRequest) -> tuple[list[int], bool]:
-        """The token ids the server decoded for ``remote`` and whether it stopped at ``max_tokens``."""
+    def decode(self, remote: RemoteRequest) -> tuple[list[int], bool, list | None]:
+        """The token ids the server decoded for ``remote``, whether it stopped at ``max_tokens`` and
+        each token's log-probability (None when the server sent none)."""
         from .errors import ModelError
 
         body = {"model": self.model_name(), "prompt": list(remote.prompt_ids), "return_token_ids": True}
@@ -188,7 +196,9 @@ class VllmClient:
         answer = self._call("/v1/completions", body)
         try:
             choice = answer["choices"][0]
-            return [int(t) for t in choice.get("token_ids") or []], choice.get("finish_reason") == "length"
+            ids = [int(t) for t in choice.get("token_ids") or []]
+            logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+            return ids, choice.get("finish_reason") == "length", logprobs
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ModelError(f"the vLLM server at {self.url} answered without token ids: {str(answer)[:300]}") from exc
 
@@ -231,9 +241,9 @@ def complete_remote(engine, req: CompletionRequest) -> Completion:
     if isinstance(remote, Completion):
         return remote
     t1 = time.perf_counter()
-    ids, by_length = engine.lm.model.client.decode(remote)
+    ids, by_length, logprobs = engine.lm.model.client.decode(remote)
     t2 = time.perf_counter()
-    result = settle(engine, remote, ids, by_length)
+    result = settle(engine, remote, ids, by_length, logprobs)
     t3 = time.perf_counter()
     result.timings_ms = {"prepare": round((t1 - t0) * 1e3, 3), "server": round((t2 - t1) * 1e3, 3),
                          "finish": round((t3 - t2) * 1e3, 3), "total": round((t3 - t0) * 1e3, 3)}

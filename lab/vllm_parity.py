@@ -37,7 +37,7 @@ def _llm(model_dir: str):
     from vllm import LLM
 
     return LLM(model=model_dir, dtype="float32", max_model_len=1024, seed=0, enforce_eager=True,
-               max_num_seqs=32)
+               max_num_seqs=32, logprobs_mode="processed_logprobs")
 
 
 def _requests(tasks, extra):
@@ -104,7 +104,8 @@ def run(n_tasks: int, seed: int, unconstrained: int) -> dict:
     rows = []
     for i, (req, a, r, out) in enumerate(zip(reqs, local, remote, outs)):
         o = out.outputs[0]
-        b = settle(engine, r, o.token_ids, o.finish_reason == "length")
+        lps = [lp[t].logprob for t, lp in zip(o.token_ids, o.logprobs or [])] if o.logprobs else None
+        b = settle(engine, r, o.token_ids, o.finish_reason == "length", lps)
         ids_local = [s.id for s in a.trace if s.id is not None]  # a fuse's last step has no token
         ids_vllm = [t for t in o.token_ids if t not in r.stop_ids]
         rows.append({
@@ -114,6 +115,7 @@ def run(n_tasks: int, seed: int, unconstrained: int) -> dict:
             "same_ids": ids_local == ids_vllm if req.constraints else ids_vllm[: len(ids_local)] == ids_local,
             "text_local": a.text, "text_vllm": b.text, "stop_local": str(a.stop_reason), "stop_vllm": str(b.stop_reason),
             "ids_local": ids_local, "ids_vllm": list(o.token_ids), "fuses_local": a.fuses,
+            "confidence_local": a.confidence, "confidence_vllm": b.confidence,
         })
     constrained = [r for r in rows if r["constrained"]]
     return {

@@ -52,6 +52,15 @@ def test_greedy_constrained_output_equals_in_process(report):
     assert not _differences(constrained)
 
 
+def test_confidence_scores_agree(report):
+    """vLLM's processed log-probabilities (after the processor's mask) give the in-process
+    confidence score (the geometric mean of the kept tokens' masked probabilities)."""
+    for r in report["rows"]:
+        if r["constrained"]:
+            a, b = r["confidence_local"], r["confidence_vllm"]
+            assert (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-3), r["i"]
+
+
 def test_seed_example_keeps_its_timeout(report):
     seed = next(r for r in report["rows"] if r["kind"] == "seed")
     assert "timeout=" in seed["text_vllm"]
@@ -102,7 +111,8 @@ def served(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1")
     proc = subprocess.Popen([str(VENV_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
                              str(DEFAULT_MODEL_DIR), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-                             "--seed", "0", "--host", "127.0.0.1", "--port", str(port)],
+                             "--seed", "0", "--logprobs-mode", "processed_logprobs", "--host", "127.0.0.1",
+                             "--port", str(port)],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -148,8 +158,10 @@ def test_the_vllm_backend_completes_as_in_process(served, engine):
         pairs = []
         for req in reqs:
             engine._recent = []
-            pairs.append((engine.complete(req).text, remote.complete(req).text))
+            a, b = engine.complete(req), remote.complete(req)
+            pairs.append((a.text, b.text, a.confidence, b.confidence))
     finally:
         engine.update_settings(old)
     assert "timeout=" in pairs[0][1]
-    assert [a for a, _ in pairs] == [b for _, b in pairs]
+    assert [p[0] for p in pairs] == [p[1] for p in pairs]
+    assert all((a is None) == (b is None) and (a is None or abs(a - b) <= 1e-3) for _, _, a, b in pairs)
