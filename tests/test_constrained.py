@@ -195,3 +195,34 @@ def test_another_tokenizer_is_refused(local, batch_parts):
     batch = ConstrainedBatch(cache)
     batch.update([], [(0, {SPEC_KEY: spec.to_json()}, [])], [], width)
     assert batch.failures == 1 and "another tokenizer" in batch.slots[0].row.error
+
+
+# -- the vLLM backend's failures carry the fix ------------------------------------------------------------
+
+
+def test_vllm_backend_without_url_or_server_says_what_to_do():
+    from engine.complete import Engine
+    from engine.errors import ModelError
+    from engine.settings import Settings
+
+    s = Settings()
+    s.model.backend = "vllm"
+    with pytest.raises(ModelError, match="model.url is empty"):
+        Engine(s).load()
+    s.model.url = "http://127.0.0.1:9"  # the discard port: nothing listens on the loopback here
+    engine = Engine(s)
+    engine.load()  # the tokenizer and config only: no server contact yet
+    assert engine.remote and engine.kv is None and engine.warm_up("import os\n", "") == 0
+    with pytest.raises(ModelError, match="did not answer"):
+        engine.complete(SEED)
+    s.model.backend = "tpu-farm"
+    with pytest.raises(ModelError, match="unknown model.backend"):
+        Engine(s).load()
+
+
+def test_cli_vllm_url_selects_the_backend():
+    from fsm_complete.cli import _settings, build_parser
+
+    args = build_parser().parse_args(["complete", "a.py:1:1", "--vllm-url", "http://127.0.0.1:8000"])
+    s = _settings(args)
+    assert (s.model.backend, s.model.url) == ("vllm", "http://127.0.0.1:8000")
