@@ -100,6 +100,8 @@ class ConstrainedRow(DecodeLoop):
         self.stop_id = (eos or sorted(self.stop_ids) or [0])[0]  # the token a forced stop allows
         self.stop: StopReason | None = None
         self.error: str | None = None
+        self._at = -1  # the position (tokens accepted) of the last mask, and the state before it
+        self._before: tuple = ()
         self.generator = None
         if spec.temperature > 0:
             import torch
@@ -112,6 +114,7 @@ class ConstrainedRow(DecodeLoop):
         """A row in the sticky error state from the start (an unreadable spec): stop at once."""
         row = cls.__new__(cls)
         row.stop, row.error, row.stop_id, row.dec = StopReason.FSM, message, stop_id, Decoding(sem=None)
+        row._at, row._before = -1, ()
         return row
 
     # -- one step -------------------------------------------------------------------------------
@@ -120,6 +123,7 @@ class ConstrainedRow(DecodeLoop):
         """The logits ``[vocab]`` to sample from after ``raw [vocab]`` (the model's; not changed):
         the step's token mask, the monitors' filter and the fuse, or one stop token once decoding
         must end. Never raises (an internal failure becomes the sticky error)."""
+        self._provisional()
         if self.stop is None:
             try:
                 step = TraceStep()
@@ -136,6 +140,16 @@ class ConstrainedRow(DecodeLoop):
                 self._fail(StopReason.FSM, f"constraint error: {exc}")
         return self.only_stop(raw)
 
+    def _provisional(self) -> None:
+        """A mask counts only once a token follows it: masking again at the same position (the
+        engine discarded the step's sample, as vLLM does for a prompt still being prefilled in
+        chunks) first undoes what the last mask decided there (a fuse's stop, its bias)."""
+        pos = len(self.dec.gen)
+        if pos == self._at:
+            self.stop, self.error, self.dec.stop, self.dec.bias_next = self._before
+        else:
+            self._at, self._before = pos, (self.stop, self.error, self.dec.stop, self.dec.bias_next)
+
     def only_stop(self, raw):
         """``raw [vocab]`` with every id but :attr:`stop_id` at -inf."""
         import torch
@@ -149,6 +163,7 @@ class ConstrainedRow(DecodeLoop):
         """Commit the sampled token ``tok``: a stop token ends the row; otherwise the FSM guide, the
         monitors and the text advance and the stop rules run. A token the constraints refuse (the
         engine sampled around the mask) is a dead end. Never raises."""
+        self._at = -1  # the last mask is final: a token followed it
         if self.stop is not None:
             return
         if tok in self.stop_ids:

@@ -226,3 +226,22 @@ def test_cli_vllm_url_selects_the_backend():
     args = build_parser().parse_args(["complete", "a.py:1:1", "--vllm-url", "http://127.0.0.1:8000"])
     s = _settings(args)
     assert (s.model.backend, s.model.url) == ("vllm", "http://127.0.0.1:8000")
+
+
+def test_a_discarded_step_changes_nothing(local):
+    """vLLM samples (and discards) rows of prompts still being prefilled in chunks: a mask that no
+    token followed is undone by the next mask at the same position (here a fuse's stop)."""
+    remote = prepare(local, SEED)
+    tables = tables_of(local)
+    logits, _ = local.kv.prefill(remote.prompt_ids)
+    fresh = ConstrainedRow(remote.spec, tables).mask(logits)
+    row = ConstrainedRow(remote.spec, tables)
+    garbage = torch.zeros_like(logits)
+    garbage[local.index.vocab.tokens.index(b")")] = 100.0  # `)` before the required timeout=: the fuse trips
+    row.mask(garbage)
+    assert row.stop == StopReason.FUSE
+    again = row.mask(logits)
+    assert row.stop is None and torch.equal(again, fresh)
+    tok = int(torch.argmax(again))
+    row.accept(tok)
+    assert row.dec.gen == [tok] and row.stop is None
