@@ -36,8 +36,9 @@ def _engine():
 def _llm(model_dir: str):
     from vllm import LLM
 
-    return LLM(model=model_dir, dtype="float32", max_model_len=1024, seed=0, enforce_eager=True,
-               max_num_seqs=32, logprobs_mode="processed_logprobs")
+    # the model window comes from config.json (the engine's prompt budget keeps prompt + tokens inside it)
+    return LLM(model=model_dir, dtype="float32", seed=0, enforce_eager=True, max_num_seqs=32,
+               logprobs_mode="processed_logprobs")
 
 
 def _requests(tasks, extra):

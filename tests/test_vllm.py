@@ -110,7 +110,7 @@ def served(tmp_path_factory):
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
     env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1")
     proc = subprocess.Popen([str(VENV_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
-                             str(DEFAULT_MODEL_DIR), "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
+                             str(DEFAULT_MODEL_DIR), "--dtype", "float32", "--enforce-eager",
                              "--seed", "0", "--logprobs-mode", "processed_logprobs", "--host", "127.0.0.1",
                              "--port", str(port)],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
