@@ -348,16 +348,18 @@ class Engine(DecodeLoop):
 
     # -- project context ----------------------------------------------------------------------------
 
-    def sync_context(self, project, exclude: str | None = None, stop: threading.Event | None = None) -> int:
+    def sync_context(self, project, exclude: str | None = None, stop: threading.Event | None = None,
+                     scopes: tuple = ("open", "workspace")) -> int:
         """Tokenize and count what changed in ``project`` (:class:`engine.api.ProjectContext`) now,
-        off the request path (the server calls it after a workspace scan); ``exclude``: the path of
-        a document not to count. Does not wait for a running completion. Returns the texts
+        off the request path (the server calls it after a workspace scan, for the ``workspace``
+        scope only: each request syncs the open documents without its own); ``exclude``: the path
+        of a document not to count. Does not wait for a running completion. Returns the texts
         (re)tokenized; 0 when no model is loaded."""
         from .context import scopes_for
 
         if self.context is None:
             return 0
-        return self.context.sync(scopes_for(project, self.settings.context), exclude, stop)
+        return self.context.sync(scopes_for(project, self.settings.context), exclude, stop, scopes=scopes)
 
     def _context_start(self, req: CompletionRequest, prompt, result: Completion) -> list[int] | None:
         """Feed the cache model this request's document (the prompt's prefix and suffix ids) and

@@ -15,7 +15,9 @@
    completion typed are replaced only when the resulting document is the one validated
    (:func:`validated`);
 4. **line finishing**: a single-line completion may have its line finished (brackets, a string, a
-   block opener's ``:``) at the longest valid point (:func:`engine.validate.finish_line`).
+   block opener's ``:``) at the longest valid point (:func:`engine.validate.finish_line`);
+5. **the monitors' last word**: the final text passes the monitors that ran at the cursor (names
+   must exist, the block-header rule), or is cut back until it does (:func:`_monitors_kept`).
 
 :func:`for_editor` then gives it the shape every front end shows: inside a comment or string it
 stays there (:func:`engine.lexing.clip_to_context`), for a single-line editor it is one line.
@@ -244,23 +246,31 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     if cur.lex is not None and cur.validate and not cur.multiline and not result.cancelled \
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
-    return _header_kept(cur, pieces, text, result)
+    return _monitors_kept(cur, pieces, text, result)
 
 
-def _header_kept(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:
-    """A line the block-header rule judges (the next line is indented deeper, issue #16 R2/R3)
-    ends opening the block or continuing into the deeper lines: a line finished or closed after
-    decoding (``d = f(x)`` before ``"host": ...``) is cut back to the longest piece prefix the
-    monitors accept there, or to nothing. Validation may not see it: the document was already
-    invalid there before the completion."""
+def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:
+    """The monitors' last word on the final text. Closing, validation and line finishing append
+    text that was not decoded under the monitors, so the whole text is fed to the monitors that ran
+    at the cursor once more: it may not be refused (names must exist: ``if n`` finished with ``:``
+    would load a name bound nowhere), the names monitor must accept its end, and a line the
+    block-header rule judges (the next line is indented deeper, issue #16 R2/R3) ends opening the
+    block or continuing into the deeper lines (``d = f(x)`` before ``"host": ...``). Otherwise the
+    text is cut back to the longest piece prefix the monitors accept, or to nothing. Validation
+    may not see these: the document may have been invalid there before the completion."""
     start = cur.start
-    if start is None or not isinstance(start[1].member, BlockHeader) or not text:
+    if start is None or not text:
         return text
+    header = isinstance(start[1].member, BlockHeader)
 
     def kept(t: str) -> bool:
         sem = start[1].copy()
         state, refusal = sem.advance_state(start[0], (cur.heal + t).encode("utf-8"))
-        if refusal is not None or not sem.member.accepting():
+        if refusal is not None or (sem.names is not None and not sem.names.accepting()):
+            return False
+        if not header:
+            return True
+        if not sem.member.accepting():
             return False
         # a continuing line: an open bracket, a triple-quoted string or a backslash (the lexer's word)
         if not sem.member.continues:
@@ -271,9 +281,11 @@ def _header_kept(cur: Cursor, pieces: list[str], text: str, result: Completion) 
 
     if kept(text):
         return text
+    # a shorter text must also compile in the document (a header line: the document was not valid there)
+    valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate and not header else (lambda t: True)
     for k in range(ends_at(pieces, text), -1, -1):
         shorter = "".join(pieces[:k])
-        if len(shorter) < len(text) and (not shorter or kept(shorter)):
+        if len(shorter) < len(text) and (not shorter or (kept(shorter) and valid(shorter))):
             result.validation = "truncated" if shorter else "skipped"
             result.semantics.pop("line_fix", None)
             return shorter

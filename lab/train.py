@@ -218,7 +218,7 @@ def _new_model(cfg: TrainConfig, tokenizer):
         num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads,
-        max_position_embeddings=1024,
+        max_position_embeddings=cfg.seq_len,  # the window it is trained on: positions beyond it never are
         rope_theta=10000.0,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.eos_token_id,

@@ -27,7 +27,7 @@ DOCUMENT_TEXT = "fsmComplete/documentText"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> ``{"text": str, "version": int}`` or null."""
 LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"
 """Custom request: ``{"textDocument": {"uri": ...}}`` -> what the engine last saw for that document
-and, once decoding ended, how (:class:`lsp_server.host.EngineRequestRecord`, camelCase keys: ``offset``
+and, once decoding ended, how (:class:`lsp_server.record.EngineRequestRecord`, camelCase keys: ``offset``
 in code points, ``prefixTail``, ``suffixHead``, ``multiline``, ``version``, ``tokens``, ``stopReason``,
 ``cancelled``, ``promptTokens``, ``reusedTokens``, ``projectContext``, ...); null when it saw nothing."""
 EXPLAIN = "fsmComplete/explain"  # {"textDocument": {"uri"}, "position"} -> engine/explain.py record + "markdown"
@@ -83,16 +83,26 @@ async def did_change_configuration(
     await ls.change_settings(params.settings)
 
 
-@_feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-async def inline_completion(
-    ls: FsmCompleteServer, params: types.InlineCompletionParams
-) -> types.InlineCompletionList | None:
+async def _complete_at(ls: FsmCompleteServer, params, **options):
+    """``(cursor, completion, edit)`` at ``params``' position (completion and edit None when the
+    engine gave nothing); None when the document is not open. ``options`` go to the host's complete."""
     doc = ls.documents.get(params.text_document.uri)
     if doc is None:
         return None
     cursor = doc.cursor(params.position, ls.position_encoding)
-    completion = await ls.host.complete(doc, cursor)
+    completion = await ls.host.complete(doc, cursor, **options)
     edit = convert.completion_edit(cursor, completion) if completion is not None else None
+    return cursor, completion, edit
+
+
+@_feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(
+    ls: FsmCompleteServer, params: types.InlineCompletionParams
+) -> types.InlineCompletionList | None:
+    found = await _complete_at(ls, params)
+    if found is None:
+        return None
+    cursor, _, edit = found
     if edit is None:
         return types.InlineCompletionList(items=[])
     return types.InlineCompletionList(items=[convert.lsp_inline_item(cursor, edit)])
@@ -102,15 +112,13 @@ async def inline_completion(
 async def completion(
     ls: FsmCompleteServer, params: types.CompletionParams
 ) -> types.CompletionList | None:
-    doc = ls.documents.get(params.text_document.uri)
-    if doc is None:
-        return None
-    cursor = doc.cursor(params.position, ls.position_encoding)
     trigger = params.context.trigger_character if params.context is not None else None
-    completion = await ls.host.complete(doc, cursor, single_line=True, trigger_character=trigger)
+    found = await _complete_at(ls, params, single_line=True, trigger_character=trigger)
+    if found is None:
+        return None
+    cursor, completion, edit = found
     if completion is not None and completion.stop_reason == StopReason.NOT_CODE:
         return types.CompletionList(is_incomplete=False, items=[])  # "." typed in a comment or string
-    edit = convert.completion_edit(cursor, completion) if completion is not None else None
     items = [convert.lsp_completion_item(cursor, edit)] if edit is not None else []
     return types.CompletionList(is_incomplete=True, items=items)
 

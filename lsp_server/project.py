@@ -38,9 +38,12 @@ class Project:
         root_uri = folders[0].uri if folders else params.root_uri
         self.root = convert.document_path(root_uri) if root_uri else params.root_path
 
-    def context(self, documents) -> ProjectContext:
-        """The request's :class:`engine.api.ProjectContext` from the open ``documents`` and the slice."""
-        texts = {convert.document_path(doc.uri) or doc.uri: doc.text for doc in documents}
+    def context(self, documents, current: str | None = None) -> ProjectContext:
+        """The request's :class:`engine.api.ProjectContext` from the open ``documents`` other than the
+        one at URI ``current`` (the document being completed is its own, innermost scope: counted
+        again as an open document it would weigh twice, and an unsaved buffer has no path that the
+        engine could exclude it by) and the workspace slice."""
+        texts = {convert.document_path(doc.uri) or doc.uri: doc.text for doc in documents if doc.uri != current}
         return ProjectContext(texts, self.workspace)
 
     def scan(self, host, engine, settings, documents) -> None:
@@ -63,7 +66,8 @@ class Project:
             if stop.is_set():
                 return 0
             self.workspace = texts  # requests skip syncing while this sync runs (they never wait for it)
-            return engine.sync_context(self.context(documents), stop=stop)
+            # the workspace scope only: the open documents are synced by each request, without its own
+            return engine.sync_context(self.context(documents), stop=stop, scopes=("workspace",))
 
         def done(future) -> None:
             if future.cancelled() or future.exception() is not None:

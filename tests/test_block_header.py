@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.monitors import Semantics, block_header_at
-from engine.pylex import lex_text
+from engine.lexing.automaton import lex_text
 from fsm_complete.cli import main
 
 

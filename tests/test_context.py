@@ -187,6 +187,23 @@ def test_sync_tokenizes_only_changed_texts_and_excludes_the_document(tmp_path):
     assert cache.sync(None) == 0 and cache.sizes() == {"document": 2, "open": 0, "workspace": 0}
 
 
+def test_the_open_documents_are_synced_by_the_request_not_by_a_workspace_scan(tmp_path):
+    """A workspace scan syncs the workspace scope only, and a request syncs the open documents
+    without its own even while a scan holds the workspace scope (the nvim e2e case: a request
+    during the first scan counted its own buffer as an open document and got an empty line)."""
+    calls: list[str] = []
+    cache = ContextCache(_encoder(calls), vocab_size=256, order=3)
+    me, other = str(tmp_path / "me.py"), str(tmp_path / "other.py")
+    project = ProjectContext(documents={me: "mine", other: "theirs"}, workspace={str(tmp_path / "w.py"): "wxyz"})
+    assert cache.sync(project, scopes=("workspace",)) == 1
+    assert cache.sizes() == {"document": 0, "open": 0, "workspace": 4}
+    with cache._syncing["workspace"]:  # a scan is running
+        assert cache.sync(project, exclude=me, wait=False) == 1
+    assert calls[-1] == "theirs" and cache.sizes() == {"document": 0, "open": 6, "workspace": 4}
+    assert cache.sync(project, exclude="untitled:Untitled-1") == 1  # another buffer's request
+    assert cache.sizes()["open"] == 10
+
+
 def _tree(root):
     (root / "pkg").mkdir()
     (root / "pkg" / "a.py").write_text("A = 1\n")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.fsm import PythonGuide, TokenIndex
-from engine.pylex import Lex
+from engine.lexing.automaton import Lex
 from engine.vocab import Vocabulary
 from lab.exactness import (
     LEXICAL,

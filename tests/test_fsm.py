@@ -18,7 +18,7 @@ from engine.fsm import (
     detect_indent_style,
 )
 from engine.fsm_tables import _build_reference, _CharCanon
-from engine.pylex import Complex, Lex, Reject
+from engine.lexing.automaton import Complex, Lex, Reject
 from engine.vocab import Vocabulary
 
 # a small hand-built vocabulary with the awkward cases: tokens spanning several lexemes, newlines

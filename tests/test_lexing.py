@@ -14,17 +14,8 @@ import pytest
 from engine import lexing
 from engine.fingerprint import fingerprint
 from engine.lexing import automaton as strict
-from engine.lexing.scanner import (
-    CODE,
-    COMMENT,
-    STRING,
-    Context,
-    Scan,
-    _scan_from,
-    clip_to_context,
-    cursor_context,
-    scan,
-)
+from engine.lexing.context import CODE, COMMENT, STRING, Context, clip_to_context, cursor_context
+from engine.lexing.scanner import Scan, _scan_from, scan
 from engine.text import read_source
 from lab.corpus import held_out_files
 

@@ -140,7 +140,7 @@ def test_past_the_window_is_refused_and_the_cache_starts_over(shipped):
 
 def test_load_model_uses_the_own_decoder_unless_told_otherwise():
     lm = load_model(DEFAULT_MODEL_DIR, "cpu")
-    assert type(lm.model).__name__ == "LlamaDecoder" and lm.max_positions == 1024
+    assert type(lm.model).__name__ == "LlamaDecoder" and lm.max_positions == 512  # its training window
     lm = load_model(DEFAULT_MODEL_DIR, "cpu", decoder="transformers")
     assert type(lm.model).__name__ == "LlamaForCausalLM"
 

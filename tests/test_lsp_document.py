@@ -96,3 +96,19 @@ def test_edit_offset_is_where_typing_goes_on(before, changes, offset):
     store.open(TextDocumentItem(uri=URI, language_id="python", version=1, text=before))
     doc = store.change(VersionedTextDocumentIdentifier(uri=URI, version=2), changes, UTF16)
     assert doc.edit_offset == offset
+
+
+@pytest.mark.parametrize("current", ["untitled:Untitled-1", "file:///project/main.py"])
+def test_the_document_being_completed_is_not_its_own_open_document(current):
+    """The project context's ``open`` scope holds the *other* open documents. An unsaved buffer has
+    no path for the engine to leave it out by, so before this the VS Code session's ``return ``
+    counted its own text twice (document + open) and the cache drove it to an empty line."""
+    from lsp_server.document import Document
+    from lsp_server.project import Project
+
+    docs = [Document("untitled:Untitled-1", "names = []\n"), Document("file:///project/main.py", "import os\n"),
+            Document("file:///project/other.py", "x = 1\n")]
+    texts = Project().context(docs, current).documents
+    assert len(texts) == 2 and "x = 1\n" in texts.values()
+    assert next(d.text for d in docs if d.uri == current) not in texts.values()
+    assert len(Project().context(docs).documents) == 3  # the workspace scan counts them all

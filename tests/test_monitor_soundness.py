@@ -26,7 +26,7 @@ from engine.monitors import block_header_at
 from engine.monitors.base import PROSE_MODES
 from engine.monitors.names import document_names, names_code, names_monitor
 from engine.monitors.setup import monitors_at
-from engine.pylex import Lex
+from engine.lexing.automaton import Lex
 from engine.settings import DEFAULT_MODEL_DIR
 from engine.text import read_source
 from lab.corpus import held_out_files
@@ -81,7 +81,7 @@ def _header_positions(text: str, rng: random.Random, every: bool) -> list[int]:
 def _states(text: str, offsets: list[int]) -> dict[int, Lex | None]:
     """The strict lexer's state at each offset (one pass; None where the file stops lexing)."""
     from engine.fsm import detect_indent_style
-    from engine.pylex import Complex, Reject
+    from engine.lexing.automaton import Complex, Reject
 
     out: dict[int, Lex | None] = {}
     want = set(offsets)

@@ -19,7 +19,7 @@ from engine.monitors.names import (
     names_code,
     names_monitor,
 )
-from engine.pylex import lex_text
+from engine.lexing.automaton import lex_text
 
 FUNC = "import os\n\n\ndef load(path, mode):\n    █\n    return path\n"
 OPEN = "import os\n\n\ndef load(path):\n    with open(█\n"
@@ -136,9 +136,36 @@ def test_a_name_the_completion_binds_may_be_loaded_after():
 
 
 def test_the_users_own_words_are_not_judged():
-    """A word the user started before the cursor is the user's (even when bound nowhere)."""
-    assert run("def f():\n    return selt█\n", ".x\n")[0] is None
-    assert run("def f():\n    return sel█\n", "t.x\n")[0] is None
+    """A word the user finished before the cursor is the user's (even when bound nowhere)."""
+    assert run("def f():\n    x = selt.y + █\n", "1\n")[0] is None
+    assert run("def f():\n    print(undefined_thing, █\n", "1)\n")[0] is None
+
+
+@pytest.mark.parametrize("buffer,completion,refused", [
+    ("def f():\n    return sel█\n", "t.x\n", "selt"),  # issue #12: `selt` bound nowhere
+    ("def f():\n    return selt█\n", ".x\n", "selt"),  # its own occurrence at the cursor binds nothing
+    ("class C:\n    def go(self):\n        return suppor█\n", "_time(self)\n", "suppor_time"),
+    ("def f():\n    return sel█ + 1\n", "t.x", "selt"),  # word characters after the cursor are not a binding
+    ("def f(self):\n    return sel█\n", "f.x\n", None),
+    ("def f(support_time):\n    return suppor█\n", "t_time\n", None),
+    ("def f():\n    resu█\n", "lt = 1\n", None),  # the half-typed word becomes a new binding
+    ("import os\n\n\ndef f():\n    return o█\n", "s.sep\n", None),
+    ("def f():\n    return selt█\n    selt = 1\n", ".x\n", None),  # bound elsewhere in the document
+])
+def test_a_half_typed_word_is_judged_with_what_the_completion_adds(buffer, completion, refused):
+    """The word at the cursor that the completion finishes (``suppor`` + ``_time``) is judged like
+    a word the completion wrote; a half-typed word alone does not make itself known."""
+    refusal, _, _ = run(buffer, completion)
+    if refused is None:
+        assert refusal is None, refusal
+    else:
+        assert refusal is not None and repr(refused) in refusal.detail, refusal
+
+
+def test_an_empty_completion_after_a_half_typed_word_may_end():
+    """Nothing added: the user's word stands as typed (the completion may be empty)."""
+    refusal, _, monitor = run("def f():\n    return suppor█\n", "")
+    assert refusal is None and monitor.accepting()
 
 
 def test_dynamic_namespaces_get_no_monitor():
@@ -191,3 +218,27 @@ def test_completions_write_no_new_undefined_name(engine, buffer):
         pytest.skip(f"the completion is not a whole statement here: {result.text!r}")
     new = undefined(done) - document_names(prefix + suffix).names  # undefined names the document lacked
     assert not new, (new, result.text)
+
+
+HALF_TYPED = [
+    "import os\n\n\ndef f(timeout):\n    if n█\n    return 1\n",  # the bench wrote `:` -> `if n:`
+    "import time\n\n\ndef check(self):\n    with suppor█\n        time.sleep(0)\n",
+]
+
+
+@pytest.mark.parametrize("buffer", HALF_TYPED)
+def test_a_half_typed_unbound_word_is_not_finished_into_valid_code(engine, buffer):
+    """Line finishing and closing append text after decoding; the monitors have the last word on
+    it, so a word the user is still typing, bound nowhere, is never closed into code that compiles
+    and loads it (before: ``if n`` + ``:``, an unbound name behind valid syntax)."""
+    from engine.api import CompletionRequest
+
+    prefix, suffix = buffer.split("█")
+    word = prefix.split()[-1]
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    done = prefix + result.text + suffix[result.replace_suffix:]
+    try:
+        ast.parse(done)
+    except SyntaxError:
+        return  # nothing that compiles: the user goes on typing
+    assert word not in undefined(done), (result.text, result.validation)

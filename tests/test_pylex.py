@@ -1,10 +1,10 @@
-"""Accept/reject tables for the character-level Python automaton (engine/pylex.py)."""
+"""Accept/reject tables for the character-level Python automaton (engine/lexing/automaton.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.pylex import STOPPABLE, Lex, Reject, indent_width, lex_text
+from engine.lexing.automaton import STOPPABLE, Lex, Reject, indent_width, lex_text
 
 ACCEPT = [
     "x = 1\n",

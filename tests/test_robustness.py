@@ -30,7 +30,9 @@ SETTINGS = {
     "logLevel": "warning",
     "generation": {"maxTokens": 8, "maxTokensMultiline": 16},
 }
-CONTEXT_TOKENS = 1024  # engine.settings: the default prompt budget (tokens)
+# the prompt budget (engine/complete.py): the settings' 1024 tokens, capped by the model window (the
+# embedded model's 512 positions) less the multi-line generation budget of this file's settings and 8
+CONTEXT_TOKENS = min(1024, 512 - 16) - 8
 INLINE = "textDocument/inlineCompletion"
 DOCUMENT_TEXT = "fsmComplete/documentText"
 LAST_ENGINE_REQUEST = "fsmComplete/lastEngineRequest"

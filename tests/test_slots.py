@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.pylex import lex_text
+from engine.lexing.automaton import lex_text
 from engine.signatures import CallSpec, Param, RequiredKeyword
 from engine.monitors import MemberAccess, Semantics, call_slots_at
 

@@ -15,7 +15,7 @@ from engine.fsm import (
     default_cache_dir,
     detect_indent_style,
 )
-from engine.pylex import Lex
+from engine.lexing.automaton import Lex
 from engine.settings import DEFAULT_MODEL_DIR
 from engine.text import read_source
 from engine.vocab import from_hf_tokenizer

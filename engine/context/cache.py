@@ -25,8 +25,11 @@ BATCH = 4  # texts tokenized per call and counted per hold of the lock (a reques
 
 
 def document_key(path: str | None) -> str | None:
-    """How a document is named across scopes: its absolute path (None for an unsaved buffer)."""
-    return os.path.abspath(path) if path else None
+    """How a document is named across scopes: its absolute path (None for none). A key that is a
+    URI (an unsaved buffer's ``untitled:...``) stays as it is."""
+    if not path:
+        return None
+    return path if "://" in path or path.startswith("untitled:") else os.path.abspath(path)
 
 
 class ContextCache:
@@ -43,7 +46,7 @@ class ContextCache:
                                   scope_min_context={"open": OUTER_MIN_CONTEXT, "workspace": OUTER_MIN_CONTEXT})
         self._texts: dict[str, dict[str, str]] = {"open": {}, "workspace": {}}  # scope -> key -> text counted
         self._lock = threading.Lock()  # the counts (held per batch of texts)
-        self._syncing = threading.Lock()  # one sync at a time (held for a whole sync)
+        self._syncing = {"open": threading.Lock(), "workspace": threading.Lock()}  # one sync of a scope at a time
 
     def set_document(self, prefix_ids, suffix_ids) -> None:
         """The current document's scope: its prefix and suffix ids (two sequences: no n-gram spans
@@ -54,46 +57,50 @@ class ContextCache:
             doc.set("suffix", suffix_ids)
 
     def sync(self, project: ProjectContext | None, exclude: str | None = None,
-             stop: threading.Event | None = None, wait: bool = True) -> int:
-        """Make the ``open`` and ``workspace`` scopes count ``project``'s texts (all but the document
-        named ``exclude``, see :func:`document_key`; a workspace file that is open counts as the open
-        document); None empties them. ``stop`` set ends early (between batches). ``wait`` False:
-        do nothing when another sync is running (a request does not wait for a workspace scan).
+             stop: threading.Event | None = None, wait: bool = True, scopes: tuple = ("open", "workspace")) -> int:
+        """Make the ``scopes`` (``open``, ``workspace``) count ``project``'s texts (all but the
+        document named ``exclude``: a path or an unsaved buffer's URI, see :func:`document_key`; a
+        workspace file that is open counts as the open document); None empties them. ``stop`` set
+        ends early (between batches). ``wait`` False: leave the workspace scope as it is when another
+        sync of it is running (a request does not wait for a workspace scan); the open documents are
+        always synced (a request leaves its own document out of them, whoever synced last).
         Returns how many texts were (re)tokenized."""
-        if not self._syncing.acquire(blocking=wait):
-            return 0
-        try:
-            return self._sync(project, exclude, stop)
-        finally:
-            self._syncing.release()
-
-    def _sync(self, project: ProjectContext | None, exclude: str | None, stop: threading.Event | None) -> int:
         documents = dict(project.documents) if project is not None else {}
         wanted = {"open": documents,
                   "workspace": {k: v for k, v in project.workspace.items() if k not in documents}
                   if project is not None else {}}
-        skip = {exclude} if exclude else set()
-        if exclude:
-            skip.add(document_key(exclude))
+        skip = {exclude, document_key(exclude)} if exclude else set()
         done = 0
-        for scope, texts in wanted.items():
-            counted = self._texts[scope]
-            texts = {k: v for k, v in texts.items() if k not in skip and document_key(k) not in skip}
+        for scope in scopes:
+            lock = self._syncing[scope]
+            if not lock.acquire(blocking=wait or scope == "open"):
+                continue
+            try:
+                texts = {k: v for k, v in wanted[scope].items() if k not in skip and document_key(k) not in skip}
+                done += self._sync_scope(scope, texts, stop)
+            finally:
+                lock.release()
+        return done
+
+    def _sync_scope(self, scope: str, texts: dict[str, str], stop: threading.Event | None) -> int:
+        """Count exactly ``texts`` (key -> text) in ``scope``: forget the others, tokenize what changed."""
+        counted = self._texts[scope]
+        with self._lock:
+            for key in [k for k in counted if k not in texts]:
+                self.nested[scope].remove(key)
+                del counted[key]
+        changed = [k for k, v in texts.items() if counted.get(k) is not v and counted.get(k) != v]
+        done = 0
+        for i in range(0, len(changed), BATCH):
+            if stop is not None and stop.is_set():
+                break
+            keys = changed[i:i + BATCH]
+            ids = self.encode_batch([normalize_eol(scalar_text(texts[k])) for k in keys])
             with self._lock:
-                for key in [k for k in counted if k not in texts]:
-                    self.nested[scope].remove(key)
-                    del counted[key]
-            changed = [k for k, v in texts.items() if counted.get(k) is not v and counted.get(k) != v]
-            for i in range(0, len(changed), BATCH):
-                if stop is not None and stop.is_set():
-                    return done
-                keys = changed[i:i + BATCH]
-                ids = self.encode_batch([normalize_eol(scalar_text(texts[k])) for k in keys])
-                with self._lock:
-                    for key, seq in zip(keys, ids):
-                        self.nested[scope].set(key, seq)
-                        counted[key] = texts[key]
-                done += len(keys)
+                for key, seq in zip(keys, ids):
+                    self.nested[scope].set(key, seq)
+                    counted[key] = texts[key]
+            done += len(keys)
         return done
 
     def predict(self, history) -> Prediction:

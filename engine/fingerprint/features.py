@@ -118,18 +118,10 @@ def _features(text: str, suffix: str, path: str | None) -> np.ndarray:
     v[1] = context == "string"
     v[2] = context == "field"
     v[3] = context == "comment"
-
     line_start = text.rfind("\n") + 1
     ls = lx.logical_start(n)
     stmt = lx.semi + 1 if lx.semi >= ls else ls
-    if context == "string" and lx.string_prefix in ("", "r", "u") and not stack:
-        before = text[ls:lx.string_start]  # the string starts its statement, or follows `def f():`
-        if _HEADER_SAME_LINE.match(before):
-            v[4] = 1
-        elif not before.strip():
-            ps, pi, pe = _previous_code_line(lx, ls)
-            if ps < 0 or (_SCOPE_HEADER.match(text, pi) and _ENDS_WITH_COLON.search(text, pi, pe)):
-                v[4] = 1  # first statement of the module, or of a def/class body
+    v[4] = _in_docstring(text, lx, ls)
 
     # 6 at_line_start, 7 after_block_opener, 16 indent_depth
     cursor_line = text[line_start:]
@@ -137,35 +129,80 @@ def _features(text: str, suffix: str, path: str | None) -> np.ndarray:
     v[5] = at_line_start
     opener_width = -1
     if at_line_start and ls == line_start and context == "code" and not stack:
-        ps, pi, pe = _previous_code_line(lx, ls)
-        if ps >= 0 and _BLOCK_OPENER.match(text, ps) and _ENDS_WITH_COLON.search(text, pi, pe):
-            v[6] = 1
-            opener_width = _width(text[ps:pi])
-    nl = suffix.find("\n")
-    suffix_line = suffix if nl < 0 else suffix[:nl]
-    if at_line_start and suffix_line.strip():
-        line_ws = cursor_line + _WS.match(suffix_line).group()
-    elif at_line_start:
-        line_ws = cursor_line
-    else:
-        line_ws = _WS.match(cursor_line).group()
+        opener_width = _block_opener_width(text, lx, ls)
+        v[6] = opener_width >= 0
+    line_ws = _line_indentation(cursor_line, suffix, at_line_start)
     if line_ws:
         tabs = line_ws.count("\t")
         spaces = len(line_ws) - tabs
         level = tabs + (spaces // _indent_unit(doc, n) if spaces else 0)
         v[15] = min(level, 8) / 8
 
-    # 8 in_def_signature
-    if _DEF_STMT.match(text, stmt):
-        in_parameters = stack and stack[0][0] == "(" and stack[0][1] >= stmt and paren_kind(text, stack[0][1], lx) == "def"
-        # after the parameters: the return annotation lasts until the ':' at depth 0
-        in_annotation = lx.close0 >= stmt and (not stack or stack[0][0] in "([{") and ":" not in text[lx.close0 + 1:n]
-        v[7] = bool(in_parameters or in_annotation)
+    # 8 in_def_signature, 10 in_import
+    v[7] = _in_def_signature(text, lx, stmt)
+    v[9] = bool(_IMPORT_STMT.match(text, stmt))
 
     # 9 in_class_body, 14 test_code (enclosing test_ function): scopes by indentation
     limit = _width(line_ws) if ls == line_start else _width(_WS.match(text, ls).group())
     if opener_width >= 0:
         limit = max(limit, opener_width + 1)
+    innermost, in_test_function = _enclosing_scope(text, lx, ls, limit)
+    v[8] = innermost == "class"
+
+    # 11-14 document facts
+    modules, opens = _document_facts(doc.encode("utf-8", "surrogatepass"), path)
+    v[10] = bool(modules & HTTP_CLIENTS)
+    v[11] = "subprocess" in modules
+    v[12] = opens or bool(modules & FILE_IO_MODULES)
+    v[13] = _is_test_path(path) or bool(modules & TEST_MODULES) or in_test_function
+    return v
+
+
+def _in_docstring(text: str, lx, ls: int) -> bool:
+    """The cursor is in a plain string that starts its statement as the first statement of the
+    module or of a def/class body (PEP 257), or that follows ``def f():`` on the header's line."""
+    if not (lx.context == "string" and lx.string_prefix in ("", "r", "u") and not lx.stack):
+        return False
+    before = text[ls:lx.string_start]
+    if _HEADER_SAME_LINE.match(before):
+        return True
+    if before.strip():
+        return False
+    ps, pi, pe = _previous_code_line(lx, ls)
+    return ps < 0 or bool(_SCOPE_HEADER.match(text, pi) and _ENDS_WITH_COLON.search(text, pi, pe))
+
+
+def _block_opener_width(text: str, lx, ls: int) -> int:
+    """The indentation width (columns) of the previous code line when it opens a block (ends in
+    ``:``), else -1; ``ls``: the start of the cursor's logical line."""
+    ps, pi, pe = _previous_code_line(lx, ls)
+    if ps >= 0 and _BLOCK_OPENER.match(text, ps) and _ENDS_WITH_COLON.search(text, pi, pe):
+        return _width(text[ps:pi])
+    return -1
+
+
+def _line_indentation(cursor_line: str, suffix: str, at_line_start: bool) -> str:
+    """The cursor line's indentation: on a blank line what is typed plus the suffix's whitespace."""
+    if not at_line_start:
+        return _WS.match(cursor_line).group()
+    nl = suffix.find("\n")
+    suffix_line = suffix if nl < 0 else suffix[:nl]
+    return cursor_line + _WS.match(suffix_line).group() if suffix_line.strip() else cursor_line
+
+
+def _in_def_signature(text: str, lx, stmt: int) -> bool:
+    """In a ``def`` statement's parameters, or in its return annotation (until the ``:`` at depth 0)."""
+    if not _DEF_STMT.match(text, stmt):
+        return False
+    stack = lx.stack
+    in_parameters = stack and stack[0][0] == "(" and stack[0][1] >= stmt and paren_kind(text, stack[0][1], lx) == "def"
+    in_annotation = lx.close0 >= stmt and (not stack or stack[0][0] in "([{") and ":" not in text[lx.close0 + 1:]
+    return bool(in_parameters or in_annotation)
+
+
+def _enclosing_scope(text: str, lx, ls: int, limit: int) -> tuple[str | None, bool]:
+    """The innermost enclosing ``def``/``class`` (by indentation: the nearest header line above
+    ``ls`` that is indented less than ``limit`` columns) and whether a ``test_`` function encloses."""
     innermost = None
     in_test_function = False
     p = ls
@@ -181,15 +218,4 @@ def _features(text: str, suffix: str, path: str | None) -> np.ndarray:
                     innermost = innermost or h.group(1)
                     in_test_function = in_test_function or (h.group(1) == "def" and h.group(2).startswith("test_"))
         p = s
-    v[8] = innermost == "class"
-
-    # 10 in_import
-    v[9] = bool(_IMPORT_STMT.match(text, stmt))
-
-    # 11-14 document facts
-    modules, opens = _document_facts(doc.encode("utf-8", "surrogatepass"), path)
-    v[10] = bool(modules & HTTP_CLIENTS)
-    v[11] = "subprocess" in modules
-    v[12] = opens or bool(modules & FILE_IO_MODULES)
-    v[13] = _is_test_path(path) or bool(modules & TEST_MODULES) or in_test_function
-    return v
+    return innermost, in_test_function

@@ -3,11 +3,13 @@
 * :mod:`~engine.lexing.vocabulary` - the lexical vocabulary, spelled once: string prefixes (incl.
   PEP 750 ``t``), brackets, keyword classes, the indentation width rule.
 * :mod:`~engine.lexing.automaton` - the *strict* character automaton: accepts exactly the prefixes
-  of lexically valid Python (the token mask's ground truth; ``engine.pylex`` is an alias of it).
+  of lexically valid Python (the token mask's ground truth).
 * :mod:`~engine.lexing.prefix` - the incremental prefix lexer (the automaton's state after a
   document prefix, relexing only what typing changed).
 * :mod:`~engine.lexing.scanner` - the *tolerant* context scanner for half-typed code: code /
   string / comment / f-string field / format spec at the cursor, open brackets; never raises.
+* :mod:`~engine.lexing.context` - the cursor's context as an editor needs it, and the rule that
+  keeps a completion inside the comment or string it is typed in.
 * :mod:`~engine.lexing.calls` - the call and callee at the cursor, from a scan.
 
 The strict and the tolerant lexer answer the same on valid code (``tests/test_lexing.py``).
@@ -15,8 +17,9 @@ The strict and the tolerant lexer answer the same on valid code (``tests/test_le
 
 from .automaton import Complex, Lex, Reject, lex_text
 from .calls import callee_before, enclosing_call, paren_kind
+from .context import CODE, COMMENT, STRING, Context, clip_to_context, context_of, cursor_context
 from .prefix import PrefixLexer
-from .scanner import CODE, COMMENT, STRING, Context, Scan, clip_to_context, context_of, cursor_context, scan
+from .scanner import Scan, scan
 from .vocabulary import indent_width
 
 __all__ = [

@@ -55,6 +55,39 @@ HEX = frozenset("0123456789abcdefABCDEF")
 OCT = frozenset("01234567")
 BIN = frozenset("01")
 DIGITS = frozenset("0123456789")
+
+# Number literals (Language Reference "Integer/Floating-point/Imaginary literals", PEP 515
+# underscores) as a transition table: mode -> ((character class, next mode), ...), end rule.
+# The end rule applies to a character that no class holds: _ENDS (the number ends before it, unless
+# a name is glued on), _ENDS_BEFORE_NON_DIGIT (a radix literal ends; a stray digit or letter is an
+# error), or the message of the Reject it raises.
+RADIX_DIGITS = frozenset()  # placeholder class: the digits of the radix in ``Lex.sp`` (x, o or b)
+_RADIX = {"x": HEX, "o": OCT, "b": BIN}
+_ENDS = object()
+_ENDS_BEFORE_NON_DIGIT = object()
+_EXP_OR_IMAG = (("eE", NUM_EXP), ("jJ", NUM_END))
+NUMBER_STEPS = {
+    NUM_INT: (((DIGITS, NUM_INT), ("_", NUM_US), (".", NUM_FRAC)) + _EXP_OR_IMAG, _ENDS),
+    NUM_ZERO: ((("0", NUM_ZERO), (DIGITS, NUM_ZD), ("_", NUM_ZERO_US), ("xXoObB", NUM_PFX),
+                (".", NUM_FRAC)) + _EXP_OR_IMAG, _ENDS),
+    # ``_`` after leading zeros: an approximation, digits must follow
+    NUM_ZD: (((DIGITS, NUM_ZD), ("_", NUM_ZERO_US), (".", NUM_FRAC)) + _EXP_OR_IMAG,
+             "leading zeros in decimal integer literals are not permitted"),
+    NUM_US: (((DIGITS, NUM_INT),), "invalid decimal literal"),
+    NUM_ZERO_US: (((DIGITS, NUM_ZD),), "invalid decimal literal"),
+    NUM_FRAC_US: (((DIGITS, NUM_FRAC_D),), "invalid decimal literal"),
+    NUM_EXP_US: (((DIGITS, NUM_EXP_D),), "invalid decimal literal"),
+    NUM_PFX: (((RADIX_DIGITS, NUM_PFX_D), ("_", NUM_PFX_US)), "invalid number literal"),
+    NUM_PFX_US: (((RADIX_DIGITS, NUM_PFX_D),), "invalid number literal"),
+    NUM_PFX_D: (((RADIX_DIGITS, NUM_PFX_D), ("_", NUM_PFX_US)), _ENDS_BEFORE_NON_DIGIT),
+    NUM_FRAC: (((DIGITS, NUM_FRAC_D),) + _EXP_OR_IMAG, _ENDS),
+    NUM_FRAC_D: (((DIGITS, NUM_FRAC_D), ("_", NUM_FRAC_US)) + _EXP_OR_IMAG, _ENDS),
+    NUM_EXP: ((("+-", NUM_EXP_SIGN), (DIGITS, NUM_EXP_D)), "invalid float literal"),
+    NUM_EXP_SIGN: (((DIGITS, NUM_EXP_D),), "invalid float literal"),
+    NUM_EXP_D: (((DIGITS, NUM_EXP_D), ("_", NUM_EXP_US), ("jJ", NUM_END)), _ENDS),
+    NUM_END: ((), _ENDS),
+}
+
 # modes in which the lexer may stop (the buffer so far ends at a token boundary or inside a string,
 # comment or name); the others need more characters to form a valid token
 STOPPABLE = frozenset(
@@ -238,7 +271,7 @@ class Lex:
     # ------------------------------------------------------------------------------------------
     # the automaton
 
-    def feed_char(self, ch: str) -> None:  # noqa: C901 - one switch over modes, kept together for speed
+    def feed_char(self, ch: str) -> None:
         """Consume one character. Raises :class:`Reject` (invalid) or :class:`Complex` (abstract mode)."""
         if self.cr:
             self.cr = False
@@ -256,28 +289,7 @@ class Lex:
                 self._newline(ch)
             return
         if m == NAME:
-            if _name_continue(ch):
-                sp = self.sp
-                if sp is not None and sp[0] == "#":  # a keyword glued to a number: ``1if``
-                    if not any(k.startswith(sp[1:] + ch) for k in NUMBER_KEYWORDS):
-                        raise Reject("invalid decimal literal")
-                    self.sp = sp + ch
-                    return
-                if sp is not None:
-                    low = ch.lower()
-                    cand = sp + low
-                    self.sp = cand if low in _PREFIX_PARTS and len(cand) <= 2 and (
-                        cand in STRING_PREFIXES or len(cand) == 1) else None
-                return
-            if (ch == '"' or ch == "'") and self.sp in STRING_PREFIXES:
-                sp = self.sp
-                self._open_string(ch, raw="r" in sp, byt="b" in sp, fs=not FIELD_PREFIX_LETTERS.isdisjoint(sp))
-                return
-            if self.sp is not None and self.sp[0] == "#" and self.sp[1:] not in NUMBER_KEYWORDS:
-                raise Reject("invalid decimal literal")
-            self.mode = CODE
-            self.sp = None
-            self._code_char(ch)
+            self._name_char(ch)
             return
         if m >= NUM_INT and m <= NUM_END:
             if self._number_char(ch):
@@ -319,6 +331,35 @@ class Lex:
                 self.mode = CODE
                 return
             raise Reject("'!' must be followed by '='")
+        self._field_char(m, ch)
+
+    def _name_char(self, ch: str) -> None:
+        """A character after a name: the name goes on, a string prefix opens its string, or code."""
+        if _name_continue(ch):
+            sp = self.sp
+            if sp is not None and sp[0] == "#":  # a keyword glued to a number: ``1if``
+                if not any(k.startswith(sp[1:] + ch) for k in NUMBER_KEYWORDS):
+                    raise Reject("invalid decimal literal")
+                self.sp = sp + ch
+                return
+            if sp is not None:
+                low = ch.lower()
+                cand = sp + low
+                self.sp = cand if low in _PREFIX_PARTS and len(cand) <= 2 and (
+                    cand in STRING_PREFIXES or len(cand) == 1) else None
+            return
+        if (ch == '"' or ch == "'") and self.sp in STRING_PREFIXES:
+            sp = self.sp
+            self._open_string(ch, raw="r" in sp, byt="b" in sp, fs=not FIELD_PREFIX_LETTERS.isdisjoint(sp))
+            return
+        if self.sp is not None and self.sp[0] == "#" and self.sp[1:] not in NUMBER_KEYWORDS:
+            raise Reject("invalid decimal literal")
+        self.mode = CODE
+        self.sp = None
+        self._code_char(ch)
+
+    def _field_char(self, m: int, ch: str) -> None:
+        """A character in the f-/t-string field modes: a brace pair, a conversion, a format spec."""
         if m == FSTR_LBRACE:
             if ch == "{":
                 self.mode = STR
@@ -583,117 +624,26 @@ class Lex:
     # -- numbers ----------------------------------------------------------------------------------
 
     def _number_char(self, ch: str) -> bool:
-        """True when ``ch`` continues the number; False when the number ended before ``ch``."""
-        m = self.mode
-        if m == NUM_INT:
-            if ch in DIGITS:
+        """True when ``ch`` continues the number; False when the number ended before ``ch``.
+
+        One row of :data:`NUMBER_STEPS` per mode: the first character class that holds ``ch`` gives
+        the next mode; otherwise the row's end rule applies (see :data:`NUMBER_STEPS`)."""
+        steps, end = NUMBER_STEPS[self.mode]
+        for chars, nxt in steps:
+            if chars is RADIX_DIGITS:
+                chars = _RADIX[self.sp]
+            if ch in chars:
+                if nxt == NUM_PFX:
+                    self.sp = ch.lower()  # the radix letter picks the digits that may follow
+                self.mode = nxt
                 return True
-            if ch == "_":
-                self.mode = NUM_US
-                return True
-            if ch == ".":
-                self.mode = NUM_FRAC
-                return True
-            return self._exp_or_imag(ch)
-        if m == NUM_ZERO:
-            if ch == "0":
-                return True
-            if ch in DIGITS:
-                self.mode = NUM_ZD
-                return True
-            if ch == "_":
-                self.mode = NUM_ZERO_US
-                return True
-            if ch in "xXoObB":
-                self.mode = NUM_PFX
-                self.sp = ch.lower()
-                return True
-            if ch == ".":
-                self.mode = NUM_FRAC
-                return True
-            return self._exp_or_imag(ch)
-        if m == NUM_ZD:
-            if ch in DIGITS:
-                return True
-            if ch == "_":
-                self.mode = NUM_ZERO_US  # approximation: digits must follow
-                return True
-            if ch == ".":
-                self.mode = NUM_FRAC
-                return True
-            if ch in "eE":
-                self.mode = NUM_EXP
-                return True
-            if ch in "jJ":
-                self.mode = NUM_END
-                return True
-            raise Reject("leading zeros in decimal integer literals are not permitted")
-        if m in (NUM_US, NUM_ZERO_US, NUM_FRAC_US, NUM_EXP_US):
-            if ch in DIGITS:
-                self.mode = {NUM_US: NUM_INT, NUM_ZERO_US: NUM_ZD, NUM_FRAC_US: NUM_FRAC_D,
-                             NUM_EXP_US: NUM_EXP_D}[m]
-                return True
-            raise Reject("invalid decimal literal")
-        if m in (NUM_PFX, NUM_PFX_US):
-            if ch in {"x": HEX, "o": OCT, "b": BIN}[self.sp]:
-                self.mode = NUM_PFX_D
-                return True
-            if ch == "_" and m == NUM_PFX:
-                self.mode = NUM_PFX_US
-                return True
-            raise Reject("invalid number literal")
-        if m == NUM_PFX_D:
-            if ch in {"x": HEX, "o": OCT, "b": BIN}[self.sp]:
-                return True
-            if ch == "_":
-                self.mode = NUM_PFX_US
-                return True
+        if end is _ENDS:
+            return self._after_number(ch)
+        if end is _ENDS_BEFORE_NON_DIGIT:
             if ch.isalnum() or ch == "_":
                 raise Reject("invalid digit in number literal")
             return False
-        if m in (NUM_FRAC, NUM_FRAC_D):
-            if ch in DIGITS:
-                self.mode = NUM_FRAC_D
-                return True
-            if ch == "_" and m == NUM_FRAC_D:
-                self.mode = NUM_FRAC_US
-                return True
-            return self._exp_or_imag(ch)
-        if m == NUM_EXP:
-            if ch in "+-":
-                self.mode = NUM_EXP_SIGN
-                return True
-            if ch in DIGITS:
-                self.mode = NUM_EXP_D
-                return True
-            raise Reject("invalid float literal")
-        if m == NUM_EXP_SIGN:
-            if ch in DIGITS:
-                self.mode = NUM_EXP_D
-                return True
-            raise Reject("invalid float literal")
-        if m == NUM_EXP_D:
-            if ch in DIGITS:
-                return True
-            if ch == "_":
-                self.mode = NUM_EXP_US
-                return True
-            if ch in "jJ":
-                self.mode = NUM_END
-                return True
-            return self._after_number(ch)
-        if m == NUM_END:
-            return self._after_number(ch)
-        raise AssertionError(m)
-
-    def _exp_or_imag(self, ch: str) -> bool:
-        if ch in "eE":
-            self.mode = NUM_EXP
-            return True
-        if ch in "jJ":
-            self.mode = NUM_END
-            return True
-        return self._after_number(ch)
+        raise Reject(end)
 
     def _after_number(self, ch: str) -> bool:
         if _name_continue(ch) and ch not in DIGITS:

@@ -3,9 +3,9 @@
 :func:`scan` reads a document *prefix* (the text before the cursor) and says what the end of it is
 in: code, a string literal, a comment, or an f-string (or PEP 750 t-string) replacement field, its
 code or its format spec (PEP 701); which brackets are open there (with their offsets); where the
-string at the cursor starts and with which prefix and quote. :func:`cursor_context` is the short
-answer the server needs, :func:`clip_to_context` cuts a completion to the string or comment it is
-typed in, and :mod:`engine.lexing.calls` finds the call and callee at the cursor from a scan.
+string at the cursor starts and with which prefix and quote. :mod:`engine.lexing.context` gives the short
+answer an editor needs and cuts a completion to the string or comment it is typed in, and
+:mod:`engine.lexing.calls` finds the call and callee at the cursor from a scan.
 
 Unlike the strict automaton (:mod:`engine.lexing.automaton`, which rejects invalid text) the scanner
 is *total*: it never raises and recovers the way CPython's tokenizer does, so that one broken line
@@ -28,7 +28,6 @@ import bisect
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 
 from ..text import common_prefix
 from .vocabulary import CLOSER_TO_OPENER, FIELD_PREFIX_LETTERS, PREFIX_CHARS, STATEMENT_ONLY_KEYWORDS
@@ -165,112 +164,148 @@ def _scan_from(lx: Scan, pos: int, horizon: int, checkpoints: list[tuple]) -> No
     """Scan ``lx.text`` from ``pos`` (outside brackets, strings and comments), appending a checkpoint
     ``(pos, semi, close0, spans, horizon)`` every :data:`_CHECKPOINT_EVERY` code points at such a
     position; ``horizon`` bounds the text that the decisions so far have read."""
-    text = lx.text
+    walk = _Walk(lx, horizon)
     stack = lx.stack
-    pairs, strings = lx.pairs, lx.strings
-    starts, ends = lx._starts, lx._ends  # spans holding no logical line start
-    find = text.find
-    n = len(text)
     next_checkpoint = pos + _CHECKPOINT_EVERY
-    while True:
+    while pos >= 0:
         if not stack:
             if pos >= next_checkpoint:
-                checkpoints.append((pos, lx.semi, lx.close0, len(starts), max(horizon, pos + _LOOKAHEAD)))
+                checkpoints.append((pos, lx.semi, lx.close0, len(walk.starts), max(walk.horizon, pos + _LOOKAHEAD)))
                 next_checkpoint = pos + _CHECKPOINT_EVERY
             top = ""
         else:
             top = stack[-1][0]
         if top != "F" and top != "S":  # code: outside brackets, inside brackets, in a replacement field
-            m = (_CODE0 if not stack else _FIELD if top == "R" else _CODEN).search(text, pos)
-            if m is None:  # code to the end: of a replacement field when the innermost non-bracket frame is one
-                frame = next((e[0] for e in reversed(stack) if e[0] not in "([{"), "")
-                lx.context = "field" if frame == "R" else "code"
-                break
-            i = m.start()
-            c = text[i]
-            if c in "([{":
-                stack.append((c, i))
-                pos = i + 1
-            elif c in ")]}":
-                pos = i + 1
-                want = CLOSER_TO_OPENER[c]
-                j = len(stack) - 1
-                while j >= 0:
-                    kind = stack[j][0]
-                    if kind == want:
-                        break
-                    if kind == "R" and c == "}":  # the end of the replacement field
-                        break
-                    if kind in "FRS":  # ')' and ']' never close a bracket outside the field
-                        j = -1
-                    j -= 1
-                if j >= 0:
-                    if stack[j][0] == want:
-                        pairs[i] = stack[j][1]
-                    start = stack[0][1]
-                    del stack[j:]
-                    if not stack:
-                        lx.close0 = i
-                        if find("\n", start, i) >= 0:
-                            starts.append(start)
-                            ends.append(i)
-            elif c == "'" or c == '"':
-                s = _string_prefix(text, i)
-                prefix = text[s:i].lower()
-                q = c * 3 if text.startswith(c * 3, i) else c
-                body = i + len(q)
-                if not FIELD_PREFIX_LETTERS.isdisjoint(prefix):
-                    stack.append(("F", s, q, "r" in prefix, prefix))
-                    pos = body
-                    continue
-                e = _BODY[q].match(text, body).end()
-                if text.startswith(q, e):
-                    pos = e + len(q)
-                    strings[pos] = s
-                    if not stack and find("\n", s, pos) >= 0:
-                        starts.append(s)
-                        ends.append(pos)
-                elif e >= n or text[e] == "\\":  # the cursor is inside this string
-                    lx.context, lx.string_start, lx.string_prefix, lx.string_quote = "string", s, prefix, q
-                    break
-                else:  # a newline ends a single-quoted string (unterminated: broken code)
-                    pos = e
-            elif c == "#":
-                e = find("\n", i)
-                if e < 0:
-                    lx.context = "comment"
-                    break
-                pos = e
-            elif c == "\n":  # inside brackets or a replacement field
-                pos = i + 1
-                f = next((j for j, e in enumerate(stack) if e[0] == "F" and len(e[2]) == 1), -1)
-                if f >= 0:  # a newline ends a single-quoted f-string
-                    del stack[f:]
-                elif all(e[0] in "([{" for e in stack):
-                    k = WS.match(text, pos).end()
-                    horizon = max(horizon, k + _KEYWORD_LOOKAHEAD)
-                    if _STATEMENT_ONLY.match(text, k):
-                        starts.append(stack[0][1])  # brackets left open by broken code: recover
-                        ends.append(i)
-                        stack.clear()
-            elif c == ";":
-                lx.semi = i
-                pos = i + 1
-            elif c == ":":  # only in replacement field code: a format spec starts at depth 0 of the field
-                pos = i + 1
-                if top == "R":
-                    stack.append(("S", i))
-            else:  # backslash
-                if text.startswith("\n", i + 1):
-                    if not stack:
-                        starts.append(i)
-                        ends.append(i + 2)
-                    pos = i + 2
-                else:
-                    pos = i + 1
-            continue
+            pos = walk.code(pos, top)
+        else:  # literal text of an f-string (F) or the format spec of its replacement field (S)
+            pos = walk.literal(pos, top)
+    walk.finish()
 
-        # literal text of an f-string (F) or the format spec of its replacement field (S)
+
+class _Walk:
+    """One scan's moves: each step reads the next significant character from ``pos`` and returns
+    where to go on (-1: the end of the text is reached and ``lx.context`` says what it is in).
+    ``starts``/``ends`` collect the spans that hold no logical line start (brackets over lines,
+    multi-line strings, backslash continuations); ``horizon`` bounds the text the decisions read."""
+
+    __slots__ = ("ends", "horizon", "lx", "n", "stack", "starts", "text")
+
+    def __init__(self, lx: Scan, horizon: int):
+        self.lx, self.text, self.stack = lx, lx.text, lx.stack
+        self.starts, self.ends = lx._starts, lx._ends
+        self.n = len(lx.text)
+        self.horizon = horizon
+
+    def _span(self, start: int, end: int) -> None:
+        """A construct from ``start`` to ``end`` outside brackets: a span when it crosses a line."""
+        if self.text.find("\n", start, end) >= 0:
+            self.starts.append(start)
+            self.ends.append(end)
+
+    def code(self, pos: int, top: str) -> int:
+        stack = self.stack
+        m = (_CODE0 if not stack else _FIELD if top == "R" else _CODEN).search(self.text, pos)
+        if m is None:  # code to the end: of a replacement field when the innermost non-bracket frame is one
+            frame = next((e[0] for e in reversed(stack) if e[0] not in "([{"), "")
+            self.lx.context = "field" if frame == "R" else "code"
+            return -1
+        i = m.start()
+        c = self.text[i]
+        if c in "([{":
+            stack.append((c, i))
+            return i + 1
+        if c in ")]}":
+            self._close(i, c)
+            return i + 1
+        if c == "'" or c == '"':
+            return self._string(i, c)
+        if c == "#":
+            e = self.text.find("\n", i)
+            if e < 0:
+                self.lx.context = "comment"
+            return e
+        if c == "\n":  # inside brackets or a replacement field
+            self._newline_in_brackets(i)
+            return i + 1
+        if c == ";":
+            self.lx.semi = i
+            return i + 1
+        if c == ":":  # only in replacement field code: a format spec starts at depth 0 of the field
+            if top == "R":
+                stack.append(("S", i))
+            return i + 1
+        # a backslash
+        if self.text.startswith("\n", i + 1):
+            if not stack:
+                self.starts.append(i)
+                self.ends.append(i + 2)
+            return i + 2
+        return i + 1
+
+    def _close(self, i: int, c: str) -> None:
+        """The closing bracket ``c`` at ``i``: pops up to its opener (or the replacement field it ends)."""
+        stack = self.stack
+        want = CLOSER_TO_OPENER[c]
+        j = len(stack) - 1
+        while j >= 0:
+            kind = stack[j][0]
+            if kind == want:
+                break
+            if kind == "R" and c == "}":  # the end of the replacement field
+                break
+            if kind in "FRS":  # ')' and ']' never close a bracket outside the field
+                j = -1
+            j -= 1
+        if j < 0:
+            return
+        if stack[j][0] == want:
+            self.lx.pairs[i] = stack[j][1]
+        start = stack[0][1]
+        del stack[j:]
+        if not stack:
+            self.lx.close0 = i
+            self._span(start, i)
+
+    def _string(self, i: int, c: str) -> int:
+        """The quote ``c`` at ``i`` opens a string: skip a plain one, or enter an f-string's text."""
+        text, lx = self.text, self.lx
+        s = _string_prefix(text, i)
+        prefix = text[s:i].lower()
+        q = c * 3 if text.startswith(c * 3, i) else c
+        body = i + len(q)
+        if not FIELD_PREFIX_LETTERS.isdisjoint(prefix):
+            self.stack.append(("F", s, q, "r" in prefix, prefix))
+            return body
+        e = _BODY[q].match(text, body).end()
+        if text.startswith(q, e):
+            pos = e + len(q)
+            lx.strings[pos] = s
+            if not self.stack:
+                self._span(s, pos)
+            return pos
+        if e >= self.n or text[e] == "\\":  # the cursor is inside this string
+            lx.context, lx.string_start, lx.string_prefix, lx.string_quote = "string", s, prefix, q
+            return -1
+        return e  # a newline ends a single-quoted string (unterminated: broken code)
+
+    def _newline_in_brackets(self, i: int) -> None:
+        """A newline inside brackets or a replacement field: a single-quoted f-string ends there, and
+        a line that starts with a statement-only keyword closes brackets left open by broken code."""
+        stack = self.stack
+        f = next((j for j, e in enumerate(stack) if e[0] == "F" and len(e[2]) == 1), -1)
+        if f >= 0:
+            del stack[f:]
+        elif all(e[0] in "([{" for e in stack):
+            k = WS.match(self.text, i + 1).end()
+            self.horizon = max(self.horizon, k + _KEYWORD_LOOKAHEAD)
+            if _STATEMENT_ONLY.match(self.text, k):
+                self.starts.append(stack[0][1])  # recover
+                self.ends.append(i)
+                stack.clear()
+
+    def literal(self, pos: int, top: str) -> int:
+        """A step in the literal text of an f-string (``top`` "F") or a format spec (``top`` "S")."""
+        text, stack, lx = self.text, self.stack, self.lx
         f = stack[-1] if top == "F" else next(e for e in reversed(stack) if e[0] == "F")
         q = f[2]
         m = (_FLIT if top == "F" else _FSPEC)[q].search(text, pos)
@@ -279,49 +314,57 @@ def _scan_from(lx: Scan, pos: int, horizon: int, checkpoints: list[tuple]) -> No
                 lx.context, lx.string_start, lx.string_prefix, lx.string_quote = "string", f[1], f[4], q
             else:
                 lx.context = "field"
-            break
+            return -1
         i = m.start()
         c = text[i]
         if c == "{":
             if top == "F" and text.startswith("{", i + 1):
-                pos = i + 2
-            else:
-                stack.append(("R", i))
-                pos = i + 1
-        elif c == "}":
+                return i + 2
+            stack.append(("R", i))
+            return i + 1
+        if c == "}":
             if top == "S":
                 del stack[-2:]  # the spec and its field
-                pos = i + 1
-            else:
-                pos = i + 2 if text.startswith("}", i + 1) else i + 1
-        elif c == "\\":  # only in literal text
-            if not f[3] and text.startswith("N{", i + 1):
-                e = find("}", i + 3)
-                pos = n if e < 0 else e + 1
-            elif text.startswith(("{", "}"), i + 1):
-                pos = i + 1  # a brace after a backslash still opens or closes a field (PEP 701)
-            else:
-                pos = i + 2
-            if pos >= n:
-                lx.context, lx.string_start, lx.string_prefix, lx.string_quote = "string", f[1], f[4], q
-                break
-        elif c == "\n" or text.startswith(q, i):  # the end of the f-string (a newline ends single quotes)
+                return i + 1
+            return i + 2 if text.startswith("}", i + 1) else i + 1
+        if c == "\\":  # only in literal text
+            return self._escape(i, f)
+        if c == "\n" or text.startswith(q, i):  # the end of the f-string (a newline ends single quotes)
             j = next(j for j in range(len(stack) - 1, -1, -1) if stack[j] is f)
             del stack[j:]
             pos = i if c == "\n" else i + len(q)
             if c != "\n":
-                strings[pos] = f[1]
-            if not stack and find("\n", f[1], pos) >= 0:
-                starts.append(f[1])
-                ends.append(pos)
-        else:  # a lone quote character inside triple quotes
-            pos = i + 1
-    if stack:
-        starts.append(stack[0][1])
-        ends.append(n)
-    elif lx.context == "string" and find("\n", lx.string_start) >= 0:
-        starts.append(lx.string_start)
-        ends.append(n)
+                lx.strings[pos] = f[1]
+            if not stack:
+                self._span(f[1], pos)
+            return pos
+        return i + 1  # a lone quote character inside triple quotes
+
+    def _escape(self, i: int, f: tuple) -> int:
+        """A backslash at ``i`` in the literal text of the f-string ``f``."""
+        text = self.text
+        if not f[3] and text.startswith("N{", i + 1):
+            e = text.find("}", i + 3)
+            pos = self.n if e < 0 else e + 1
+        elif text.startswith(("{", "}"), i + 1):
+            pos = i + 1  # a brace after a backslash still opens or closes a field (PEP 701)
+        else:
+            pos = i + 2
+        if pos >= self.n:
+            lx = self.lx
+            lx.context, lx.string_start, lx.string_prefix, lx.string_quote = "string", f[1], f[4], f[2]
+            return -1
+        return pos
+
+    def finish(self) -> None:
+        """Spans that reach the end: open brackets, or the string the text ends in."""
+        lx = self.lx
+        if self.stack:
+            self.starts.append(self.stack[0][1])
+            self.ends.append(self.n)
+        elif lx.context == "string" and self.text.find("\n", lx.string_start) >= 0:
+            self.starts.append(lx.string_start)
+            self.ends.append(self.n)
 
 
 _CHECKPOINT_EVERY = 2048  # code points between scan checkpoints
@@ -366,74 +409,3 @@ class _ScanCache:
 
 
 _SCANS = _ScanCache()
-
-
-
-
-# ------------------------------------------------------------------------------------------------
-# the server's view: code, comment or string at the cursor, and clipping a completion to it
-
-CODE = "code"
-COMMENT = "comment"
-STRING = "string"
-
-
-@dataclass(frozen=True)
-class Context:
-    """The lexical context at the cursor, as an editor needs it.
-
-    ``kind``: ``"code"`` (also the code of an f-string replacement field: ``field`` is then True),
-    ``"comment"`` or ``"string"`` (also a replacement field's format spec, which is literal text:
-    ``spec`` is then True). For strings ``quote`` is the delimiter (``'``, ``"``, ``'''`` or
-    ``\"\"\"``) and ``fstring`` whether ``{`` would start code (f- and t-strings)."""
-
-    kind: str
-    quote: str = ""
-    fstring: bool = False
-    field: bool = False
-    spec: bool = False
-
-
-def context_of(sc: Scan) -> Context:
-    """The :class:`Context` at the end of a scan."""
-    if sc.context == "comment":
-        return Context(COMMENT)
-    if sc.context == "string":
-        fstring = not FIELD_PREFIX_LETTERS.isdisjoint(sc.string_prefix)
-        return Context(STRING, sc.string_quote, fstring)
-    if sc.in_spec:
-        f = next(e for e in reversed(sc.stack) if e[0] == "F")
-        return Context(STRING, f[2], True, field=True, spec=True)
-    return Context(CODE, field=sc.context == "field")
-
-
-def cursor_context(prefix: str) -> Context:
-    """The :class:`Context` at the end of ``prefix`` (the document text before the cursor)."""
-    return context_of(scan(prefix))
-
-
-def clip_to_context(text: str, context: Context, line_suffix: str = "") -> str:
-    """Cut an inline completion so that it stays inside the comment or string at the cursor.
-
-    In a comment it ends at the first line break. In a one-line string it ends at the first line
-    break or quote character, except that a string the rest of the line (``line_suffix``) does
-    not close may be closed by the completion: then it ends just after that quote. In a
-    triple-quoted string it ends at the closing triple quote; in the literal part of an f-string
-    (or a format spec) also at the first brace (which would start or end a field). In code,
-    unchanged.
-    """
-    if context.kind == CODE:
-        return text
-    cuts = []
-    if context.kind == COMMENT or len(context.quote) == 1:
-        cuts += [text.find("\n"), text.find("\r")]
-    if context.kind == STRING:
-        quote = context.quote
-        at = text.find(quote[0] if len(quote) == 1 else quote)
-        if at >= 0 and len(quote) == 1 and quote not in line_suffix and not context.spec:
-            at += 1  # the string is open to the end of the line: closing it is not early
-        cuts.append(at)
-        if context.fstring:
-            cuts += [text.find("{"), text.find("}")]
-    cuts = [c for c in cuts if c >= 0]
-    return text[: min(cuts)] if cuts else text

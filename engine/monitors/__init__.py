@@ -1,6 +1,6 @@
 """Semantic monitors: character-level automata that run beside the lexical FSM during decoding.
 
-The lexical automaton (:mod:`engine.pylex`, :mod:`engine.fsm`) decides which tokens keep the code
+The lexical automaton (:mod:`engine.lexing.automaton`, :mod:`engine.fsm`) decides which tokens keep the code
 *lexically* valid; the monitors decide which of those keep it *semantically* plausible:
 
 * :mod:`.slots` — argument slots of a call (required arguments, keyword names, positional count);

@@ -1,6 +1,6 @@
 """What every semantic monitor shares: the refusal record and the "is this character code" test.
 
-A monitor is a character-level automaton driven alongside a copy of the lexer (:mod:`engine.pylex`):
+A monitor is a character-level automaton driven alongside a copy of the lexer (:mod:`engine.lexing.automaton`):
 it sees each character of a candidate token together with the lexer's bracket depth and whether the
 character is code, and answers a :class:`Refusal` when the character breaks its rule. Monitors never
 raise mid-generation: a refused token is just a refusal.

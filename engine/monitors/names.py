@@ -30,79 +30,17 @@ the lexer's bracket depth before it and whether it is code; it costs a set looku
 
 from __future__ import annotations
 
-import builtins
 import keyword
-import re
-from dataclasses import dataclass
 
 from ..lexing import automaton as pylex
+from ..lexing.vocabulary import STRING_PREFIXES
 from .base import Refusal, code_char, ident_char
+from .name_table import BUILTIN_NAMES, MODULE_DUNDERS, SOFT_KEYWORDS, DocumentNames, document_names
 
 RULE = "unbound-name"
-MODULE_DUNDERS = frozenset({
-    "__name__", "__file__", "__doc__", "__package__", "__spec__", "__loader__", "__path__", "__builtins__",
-    "__annotations__", "__cached__", "__debug__", "__dict__", "__class__", "__qualname__", "__module__",
-    "__all__", "__version__", "__author__", "__slots__",
-})
-"""Names every module, class body or method has without a binding in the text (Python reference,
-"The standard type hierarchy": modules, ``__class__`` for zero-argument ``super``)."""
-SOFT_KEYWORDS = frozenset({"match", "case", "type", "_"})
-BUILTIN_NAMES = frozenset(dir(builtins))
 KEYWORDS = frozenset(keyword.kwlist)
-_STRING_PREFIXES = frozenset({"r", "u", "b", "f", "t", "br", "rb", "fr", "rf", "tr", "rt"})
 _AUGMENTED = frozenset({"+=", "-=", "*=", "/=", "//=", "%=", "**=", ">>=", "<<=", "&=", "^=", "|=", "@="})
 _OP_CHARS = frozenset("+-*/%&|^@<>!~=")
-_DYNAMIC = re.compile(r"\bimport[ \t]*\*|\b(?:globals|locals|vars)[ \t]*\(|\bexec[ \t]*\(|\b__builtins__\b"
-                      r"|\bsys\.modules\b|\b__import__[ \t]*\(")
-_TOKEN = re.compile(r'''
-    (?P<str>(?P<prefix>[rRbBuUfFtT]{0,2})
-        (?:"""(?:\\[\s\S]|[^\\])*?(?:"""|\Z) | \'\'\'(?:\\[\s\S]|[^\\])*?(?:\'\'\'|\Z)
-         | "(?:\\[\s\S]|[^"\\\n])*(?:"|$) | '(?:\\[\s\S]|[^'\\\n])*(?:'|$)))
-  | (?P<comment>\#[^\n]*)
-  | (?P<name>[^\W\d]\w*)
-  | (?P<ellipsis>\.\.\.)
-  | (?P<dot>\.)
-  | (?P<num>\d[\w.]*)
-''', re.VERBOSE | re.MULTILINE)
-_FIELD_NAME = re.compile(r"(?<![.\w])([^\W\d]\w*)")
-
-
-@dataclass(frozen=True)
-class DocumentNames:
-    """The names of one document: ``names`` every identifier it uses or binds outside strings,
-    comments and attribute positions (f-string fields included), ``attributes`` the identifiers
-    written after a ``.``, ``dynamic`` True when its namespace is not static (then no names
-    monitor applies)."""
-
-    names: frozenset
-    attributes: frozenset
-    dynamic: bool
-
-
-def document_names(text: str) -> DocumentNames:
-    """Scan ``text`` (a whole document, half-typed code welcome: unterminated strings end at their
-    line or the text's end) for its names. A tolerant regex scanner, not ``ast``: any text gives an
-    answer. Lenient on purpose: a name *used* anywhere counts as known, so the monitor never refuses
-    what the document itself does."""
-    names: set[str] = set()
-    attributes: set[str] = set()
-    after_dot = False
-    for m in _TOKEN.finditer(text):
-        kind = m.lastgroup
-        if kind == "name":
-            (attributes if after_dot else names).add(m.group("name"))
-            after_dot = False
-        elif kind == "dot":
-            after_dot = True
-        elif kind == "str":
-            after_dot = False
-            if set(m.group("prefix").lower()) & {"f", "t"}:
-                body = m.group("str")
-                for field in re.findall(r"\{([^{}]*)\}", body):
-                    names.update(_FIELD_NAME.findall(field))
-        elif kind != "comment":
-            after_dot = False
-    return DocumentNames(frozenset(names), frozenset(attributes), bool(_DYNAMIC.search(text)))
 
 
 # what a bracket on the monitor's stack may still become
@@ -147,6 +85,7 @@ class NamesMonitor:
         "stack",
         "stmt",
         "target_ok",
+        "typed",
         "word",
         "word_dot",
         "word_user",
@@ -159,6 +98,7 @@ class NamesMonitor:
         self.word = ""  # the identifier being written
         self.word_dot = False  # ... after a '.' (an attribute: the member monitor's business)
         self.word_user = False  # ... started by the user (replayed): never judged
+        self.typed = ""  # the half-typed word at the cursor that the completion goes on writing (judged)
         self.decide: tuple | None = None  # (name, depth, user): ended, waiting for what follows it
         self.op = ""  # operator characters after ``decide`` (``=``, ``==``, ``+=``, ``:``...)
         self.prev = "\n"  # the last significant token: a keyword, "name", "value", or an operator char
@@ -234,7 +174,7 @@ class NamesMonitor:
             self.word += ch
             return refusal
         if self.word:
-            if ch in "'\"" and self.word.lower() in _STRING_PREFIXES:
+            if ch in "'\"" and self.word.lower() in STRING_PREFIXES:
                 self.word = ""  # a string prefix
             else:
                 self._end_word(depth)
@@ -270,7 +210,7 @@ class NamesMonitor:
 
     def _end_word(self, depth: int) -> None:
         word, dot, user = self.word, self.word_dot, self.word_user
-        self.word = ""
+        self.word = self.typed = ""
         if word[0].isdigit():
             self.prev = "value"
         elif word in KEYWORDS:
@@ -427,7 +367,7 @@ class NamesMonitor:
     def accepting(self) -> bool:
         """May the completion end here? Not right after a name (or with deferred names) bound
         nowhere: the text after the cursor cannot bind a name the completion wrote."""
-        name = self.word if self.word and not (self.word_dot or self.word_user) else ""
+        name = self.word if self.word and not (self.word_dot or self.word_user) and self.word != self.typed else ""
         if self.decide is not None and not self.decide[2]:
             name = self.decide[0]
         if name and not (name[0].isdigit() or name in KEYWORDS or self.is_bound(name) or self.stmt):
@@ -463,10 +403,27 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
         monitor = _replay(prefix[start:], known)
         if monitor is not None and len(monitor.stack) == depth:
             monitor.replay = False
+            if monitor.word and not monitor.word_dot:
+                _judge_cursor_word(monitor, prefix, suffix)
             return monitor
         if start == 0:
             break
     return None
+
+
+def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str) -> None:
+    """The user stopped in the middle of a name (``suppor█``): the word the completion finishes is
+    judged like one it wrote (``suppor`` + ``_time`` must be bound, or bind), and the half-typed
+    word itself is known only if the document uses it elsewhere (its own occurrence at the cursor,
+    with any word characters right after the cursor, is left out of the table)."""
+    head = len(suffix) - len(suffix.lstrip(_WORD_CHARS)) if suffix[:1] in _WORD_CHARS else 0
+    names = document_names(prefix[:len(prefix) - len(monitor.word)] + " " + suffix[head:])
+    monitor.known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
+    monitor.word_user = False
+    monitor.typed = monitor.word
+
+
+_WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 
 
 def _replay(text: str, known: frozenset) -> NamesMonitor | None:
