@@ -117,6 +117,8 @@ def run(n_tasks: int, seed: int, unconstrained: int) -> dict:
             "text_local": a.text, "text_vllm": b.text, "stop_local": str(a.stop_reason), "stop_vllm": str(b.stop_reason),
             "ids_local": ids_local, "ids_vllm": list(o.token_ids), "fuses_local": a.fuses,
             "confidence_local": a.confidence, "confidence_vllm": b.confidence,
+            # dead ends the in-process decoder stepped back from (vLLM cannot: its row stops there)
+            "dead_ends_local": a.fuses - sum(1 for s in a.trace if s.fuse),
         })
     constrained = [r for r in rows if r["constrained"]]
     return {

@@ -42,8 +42,10 @@ def report(tmp_path_factory):
 
 
 def _differences(rows):
+    """Rows whose texts differ, or whose token ids differ though the in-process decoder never
+    stepped back from a dead end (vLLM cannot step back: its row stops there instead)."""
     return [(r["i"], r["kind"], r["text_local"], r["text_vllm"], r["ids_local"], r["ids_vllm"])
-            for r in rows if not (r["same_text"] and r["same_ids"])]
+            for r in rows if not (r["same_text"] and (r["same_ids"] or r.get("dead_ends_local", 0) > 0))]
 
 
 def test_greedy_constrained_output_equals_in_process(report):
@@ -56,7 +58,7 @@ def test_confidence_scores_agree(report):
     """vLLM's processed log-probabilities (after the processor's mask) give the in-process
     confidence score (the geometric mean of the kept tokens' masked probabilities)."""
     for r in report["rows"]:
-        if r["constrained"]:
+        if r["constrained"] and r["same_ids"]:
             a, b = r["confidence_local"], r["confidence_vllm"]
             assert (a is None) == (b is None) and (a is None or abs(a - b) <= 1e-3), r["i"]
 
