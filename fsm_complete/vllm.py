@@ -168,10 +168,11 @@ class ConstrainedBatch:
             return 0
         return int(eos) if eos is not None else 0
 
-    def update(self, removed, added, moved, logit_size: int) -> None:
+    def update(self, removed, added, moved, logit_size: int, batch_size: int | None = None) -> None:
         """One persistent-batch update, in vLLM's order: removed, added, moved. ``added``:
         ``(index, extra_args, output_ids)`` (``output_ids`` is the request's live list); ``moved``:
-        ``(a, b, swap)`` (swap False: the request at ``a`` moves to ``b``, replacing it)."""
+        ``(a, b, swap)`` (swap False: the request at ``a`` moves to ``b``, replacing it);
+        ``batch_size``: rows at or past it are gone (a batch that shrank)."""
         c = self.counts
         for index in removed:
             c["removed"] += self.slots.pop(index, None) is not None
@@ -189,6 +190,9 @@ class ConstrainedBatch:
             if swap and sb is not None:
                 self.slots[a] = sb
             c["swapped" if swap else "moved"] += sa is not None or (swap and sb is not None)
+        if batch_size is not None:
+            for index in [i for i in self.slots if i >= batch_size]:
+                c["removed"] += self.slots.pop(index) is not None
 
     def catch_up(self) -> None:
         for slot in self.slots.values():
@@ -241,7 +245,7 @@ if LogitsProcessor is not None:
                     batch_update.removed,
                     [(index, params.extra_args, output) for index, params, _prompt, output in batch_update.added],
                     [(a, b, direction == MoveDirectionality.SWAP) for a, b, direction in batch_update.moved],
-                    self.logit_size)
+                    self.logit_size, batch_update.batch_size)
             self.batch.catch_up()
 
         def apply(self, logits):

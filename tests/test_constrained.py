@@ -155,6 +155,8 @@ def test_batch_keeps_rows_through_removes_moves_and_swaps(batch_parts):
     assert batch.slots[0].row is rows[3] and batch.slots[1].row is rows[0]
     batch.update([], [(0, {}, out_free)], [], width)  # an unconstrained request replaces c's row
     assert set(batch.slots) == {1}
+    batch.update([], [], [], width, batch_size=1)  # the batch shrank: a's row (index 1) is gone
+    assert not batch.slots
     assert batch.counts["added"] == 3 and batch.counts["swapped"] == 1 and batch.counts["moved"] == 1
 
 
