@@ -29,17 +29,16 @@ from .errors import ModelError
 from .finish import finish, for_editor
 from .fsm import (
     MaskMemo,
-    PythonGuide,
     TokenIndex,
     default_cache_dir,
     detect_indent_style,
 )
 from .lexing import PrefixLexer
-from .monitors.base import PROSE_MODES
 from .monitors.filter import SemanticFilter
-from .monitors.setup import RequiredArgumentTables, describe, monitors_at
+from .monitors.setup import RequiredArgumentTables, describe
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
 from .settings import Settings
+from .spec import ConstraintSpec, constraint_spec, start_from_spec
 from .stages import Stages
 from .step_mask import StepMask
 from .text import normalize_eol, original_length, scalar_text
@@ -83,6 +82,7 @@ class Engine(DecodeLoop):
         self._lock = threading.Lock()
         self.model_name = ""
         self.model_info: ModelInfo | None = None  # what was loaded (explain, complete --json, the server's log)
+        self.vocab_digest = ""  # the tokenizer's vocabulary digest (engine.vocab.Vocabulary.digest), in specs
         self.load_error: str | None = None
         self._required_arguments = RequiredArgumentTables()
         self._recent: list[tuple[tuple, str, str, Completion]] = []  # (request key, prefix, suffix, result)
@@ -93,6 +93,13 @@ class Engine(DecodeLoop):
     @property
     def ready(self) -> bool:
         return self.lm is not None
+
+    @property
+    def remote(self) -> bool:
+        """A vLLM server decodes (settings ``model.backend`` ``"vllm"``; :mod:`engine.remote`)."""
+        from .remote import RemoteModel
+
+        return self.lm is not None and isinstance(self.lm.model, RemoteModel)
 
     def load(self, progress=None) -> None:
         """Load model, tokenizer and FSM index. ``progress(message, percent)``. Raises ModelError."""
@@ -108,7 +115,14 @@ class Engine(DecodeLoop):
         s = self.settings
         try:
             report("loading model", 5)
-            lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder)
+            if s.model.backend == "vllm":  # a vLLM server decodes: the tokenizer and config only (engine.remote)
+                from .remote import load_remote
+
+                lm = load_remote(s)
+            elif s.model.backend == "local":
+                lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder)
+            else:
+                raise ModelError(f"unknown model.backend {s.model.backend!r}; use \"local\" or \"vllm\"")
             report("building the FIM prompt template", 50)
             template, fim_source = choose_template(lm, s.model.fim_template)
             # prompt + generated tokens stay inside the model window (positions the model was trained on)
@@ -121,7 +135,8 @@ class Engine(DecodeLoop):
             self.load_error = str(exc)
             raise
         self.lm, self.builder, self.index = lm, builder, index
-        self.kv = KVCache(lm.model, lm.device, lm.prefill_threads)
+        self.vocab_digest = vocab.digest()
+        self.kv = None if self.remote else KVCache(lm.model, lm.device, lm.prefill_threads)
         self.model_name = lm.name
         self.model_info = ModelInfo(
             name=lm.name, parameters=int(lm.parameters), dtype=str(lm.dtype).removeprefix("torch."),
@@ -159,7 +174,7 @@ class Engine(DecodeLoop):
         ``stop`` set (a request arrived) ends it after the current chunk of
         :attr:`WARM_UP_CHUNK` tokens. Returns the prompt tokens newly prefilled. Never raises: a
         failure only costs the warm-up (the KV cache is reset)."""
-        if self.lm is None or not self._lock.acquire(blocking=False):
+        if self.lm is None or self.remote or not self._lock.acquire(blocking=False):
             return 0
         try:
             prefix, suffix = normalize_eol(scalar_text(prefix)).rstrip(" "), normalize_eol(scalar_text(suffix))
@@ -254,13 +269,18 @@ class Engine(DecodeLoop):
             except ModelError:
                 raise
             except RuntimeError as exc:  # torch OOM and friends: keep the server alive
-                self.kv.reset()
+                if self.kv is not None:
+                    self.kv.reset()
                 if "out of memory" in str(exc).lower():
                     raise ModelError(f"out of memory during decoding: {exc}; lower max tokens or context, or use "
                                      "device \"cpu\"") from exc
                 raise
 
     def _complete(self, req: CompletionRequest) -> Completion:
+        if self.remote:
+            from .remote import complete_remote
+
+            return complete_remote(self, req)
         clock = time.perf_counter
         t0 = clock()
         plan = plan_request(req, self.settings)  # the fingerprint is most of it
@@ -289,6 +309,19 @@ class Engine(DecodeLoop):
         t5 = clock()
         cursor = self._cursor(plan, start)
         t6 = clock()
+        self._outcome(req, plan, start, dec, cursor, result)
+        t7 = clock()
+        stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3
+        stages.lexing += t6 - t5
+        stages.decoded(dec, t5 - t4, (result.context.get("mix_ms", 0.0) - mixed) / 1e3 if history is not None else 0.0)
+        stages.validate = t7 - t6
+        result.timings_ms = stages.as_ms(total=t7 - t0)
+        return result
+
+    def _outcome(self, req: CompletionRequest, plan: Plan, start: Start, dec: Decoding, cursor, result: Completion
+                 ) -> None:
+        """The decoded draft finished for the editor (:func:`engine.finish.finish`, the editor's
+        shape, the confidence gate, line endings) into ``result``'s text, range and stop reason."""
         text = finish(self._draft(dec, start), cursor, result)
         shaped = for_editor(text, plan.context, plan.line_suffix, plan.single_line)
         if shaped != text:
@@ -304,54 +337,36 @@ class Engine(DecodeLoop):
         result.text = text
         result.replace_suffix = original_length(req.suffix, result.replace_suffix)  # in the request's code points
         result.stop_reason = stop
-        t7 = clock()
-        stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3
-        stages.lexing += t6 - t5
-        stages.decoded(dec, t5 - t4, (result.context.get("mix_ms", 0.0) - mixed) / 1e3 if history is not None else 0.0)
-        stages.validate = t7 - t6
-        result.timings_ms = stages.as_ms(total=t7 - t0)
-        return result
 
     # -- before decoding ----------------------------------------------------------------------------
 
     def _start(self, req: CompletionRequest, plan: Plan, result: Completion, stages: Stages) -> Start:
-        """The lexer, FSM guide, first-token rule and semantic monitors at the cursor.
-
-        Token healing: BPE tokens carry their leading space (``" '__main__'"``), so a single space
-        typed before the cursor is handed back to the model, which must start with it. Adds the
-        semantic monitors' setup time (jedi) to ``stages.semantics``."""
+        """The lexer, FSM guide, first-token rule and semantic monitors at the cursor, from the
+        request's :class:`engine.spec.ConstraintSpec` (:meth:`constraint_spec`; sent through JSON
+        first when :attr:`wire_spec` is set, as a remote backend would). Adds the semantic monitors'
+        setup time (jedi) to ``stages.semantics``."""
         s = self.settings
-        start = Start()
-        if plan.constrained or s.constraints.validate:
-            start.style = detect_indent_style(plan.prefix)
         if not plan.constrained:
-            return start
-        prefix, cursor_line = plan.prefix, plan.cursor_line
-        state = None
-        if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  "):
-            state, _recoveries = self.prefix_lexer.lex(prefix[:-1], start.style)
-            start.heal = " " if state.mode not in PROSE_MODES else ""
-        if not start.heal:
-            state, _recoveries = self.prefix_lexer.lex(prefix, start.style)
-        mode_policy = plan.fp.policy if plan.fp is not None else None
-        if s.constraints.code_only and state.mode not in PROSE_MODES and (mode_policy is None or mode_policy.code_only):
-            state = state.copy()
-            state.code_only = True  # completing code: comments are masked (the mode policy)
-        start.guide = PythonGuide(self.index, state, self.memo)
-        start.lex = state.copy()
-        start.first = self.masks.first_token_rule(start.heal, cursor_line, plan.multiline)
-        if s.constraints.semantic:
-            c = s.constraints
-            ts = time.perf_counter()
-            sem = monitors_at(prefix[: len(prefix) - len(start.heal)], plan.suffix, req.path, state,
-                              self._required_arguments.for_path(c.required_arguments, req.path),
-                              member_access=c.member_access, domain_vocabulary=c.domain_vocabulary,
-                              multiline=plan.multiline)
-            start.sem_start = (state.copy(), sem.copy())
-            result.semantics = describe(sem)
-            start.sem = sem if sem.active else None
-            stages.semantics += time.perf_counter() - ts
+            return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None)
+        spec = self.constraint_spec(req, plan, stages)
+        if self.wire_spec:
+            spec = ConstraintSpec.from_json(spec.to_json())
+        start = start_from_spec(spec, self.index, self.memo, self.masks)
+        start.spec = spec
+        if start.sem_start is not None:
+            result.semantics = describe(start.sem_start[1])  # shares the decoding monitors' refusal counts
         return start
+
+    wire_spec = False  # send each spec through JSON before decoding (tests: the remote path, in process)
+
+    def constraint_spec(self, req: CompletionRequest, plan: Plan, stages: Stages | None = None) -> ConstraintSpec:
+        """The :class:`engine.spec.ConstraintSpec` of a constrained request (``plan.constrained``):
+        everything its decoding obeys, wherever the model runs. Adds the semantic monitors' setup
+        time (jedi) to ``stages.semantics``."""
+        return constraint_spec(req, plan, self.settings, self.prefix_lexer, self._required_arguments.for_path,
+                               stop_ids=set(self.builder.stop_ids) | set(self.index.vocab.eos_ids),
+                               stop_tokens=self.builder.tpl.stop_tokens, vocab_digest=self.vocab_digest,
+                               stages=stages)
 
     # -- project context ----------------------------------------------------------------------------
 

@@ -34,7 +34,8 @@ class Start:
     """The cursor as the constraints see it: ``heal`` (a typed space handed back to the model,
     which must start with it; removed afterwards), the FSM ``guide`` and the lexer ``lex`` at the
     cursor (None unconstrained), the first-token rule, the active monitors ``sem`` and their
-    starting point ``sem_start`` ``(lexer state, monitors)`` (None without monitors)."""
+    starting point ``sem_start`` ``(lexer state, monitors)`` (None without monitors) and the
+    :class:`engine.spec.ConstraintSpec` they come from."""
 
     heal: str = ""
     guide: PythonGuide | None = None
@@ -43,6 +44,7 @@ class Start:
     sem: Semantics | None = None
     sem_start: tuple | None = None
     style: str | None = None
+    spec: object = None  # the engine.spec.ConstraintSpec it was built from (None unconstrained)
 
 
 @dataclass
@@ -165,31 +167,45 @@ class DecodeLoop:
                 dec.stop = StopReason.FSM
                 break
             dec.logprobs.append(self._logprob(choice.logits if choice.logits is not None else raw, choice.tok))
-            tm = time.perf_counter()
-            run = dec.loops.feed(dec.text)
-            dec.monitors_s += time.perf_counter() - tm
-            if run is not None:  # the repetition monitor: a loop ends the completion after its first copy
-                dec.stop, dec.cut = StopReason.LOOP, loop_cut(dec.text, run)
-                break
-            if not plan.multiline and "\n" in dec.text[leading_break(dec.text, plan.wrap_ok):]:
-                dec.stop = StopReason.NEWLINE
-                break
-            if plan.multiline and "\n" in dec.text and multiline_cut(plan.cursor_line, dec.text) is not None:
-                dec.stop = StopReason.DEDENT
+            if self._stops_after(dec, plan):
                 break
             logits = self._next_logits(choice.tok, plan, start, dec, stop_ids, history)
             if history is not None:  # once per model step, before any mask (a step back reuses it)
                 logits = self._mix_context(logits, history + dec.gen, result)
         if dec.drafts is not None:
             result.speculative = dec.drafts.as_dict()
+        self._budget_cut(dec, plan)
+        return dec
+
+    @staticmethod
+    def _stops_after(dec: Decoding, plan: Plan) -> bool:
+        """After a committed token: does the completion end here? The repetition monitor (a loop
+        ends it after its first copy), a line break in a single-line completion, a dedent below
+        the cursor's block in a multi-line one. Sets ``dec.stop`` (and ``dec.cut``) when it does."""
+        tm = time.perf_counter()
+        run = dec.loops.feed(dec.text)
+        dec.monitors_s += time.perf_counter() - tm
+        if run is not None:
+            dec.stop, dec.cut = StopReason.LOOP, loop_cut(dec.text, run)
+            return True
+        if not plan.multiline and "\n" in dec.text[leading_break(dec.text, plan.wrap_ok):]:
+            dec.stop = StopReason.NEWLINE
+            return True
+        if plan.multiline and "\n" in dec.text and multiline_cut(plan.cursor_line, dec.text) is not None:
+            dec.stop = StopReason.DEDENT
+            return True
+        return False
+
+    @staticmethod
+    def _budget_cut(dec: Decoding, plan: Plan) -> None:
+        """When the token budget ran out mid-thought (``dec.stop`` MAX_TOKENS): end at the last
+        natural point, never in a cut identifier (``dec.stop`` becomes MAX_TOKENS_CUT)."""
         if dec.stop == StopReason.MAX_TOKENS and dec.gen:
-            # the budget ran out mid-thought: end at the last natural point, never in a cut identifier
             dec.stop = StopReason.MAX_TOKENS_CUT
             if plan.multiline and "\n" in dec.text.strip("\n"):
                 dec.cut = dec.text.rstrip("\n").rfind("\n")  # the last complete line
             else:
                 dec.cut = natural_cut(dec.text, len(dec.text))
-        return dec
 
     def _next_logits(self, tok: int, plan: Plan, start: Start, dec: Decoding, stop_ids: set[int],
                      history: list[int] | None):

@@ -26,6 +26,10 @@ class ModelSettings:
     context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
     threads: int = 0  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)
     decoder: str = "auto"  # "auto": own decoder for Llama/Qwen2/Mistral (engine/llama.py), else transformers | "transformers"
+    # "local": the in-process decoder | "vllm": a vLLM server running fsm-complete's logits processor
+    # (docs/scale.md); ``path`` then names the served checkpoint's directory (tokenizer and config only)
+    backend: str = "local"
+    url: str = ""  # the vLLM server's base URL (backend "vllm"), e.g. http://127.0.0.1:8000
 
 
 @dataclass

@@ -31,6 +31,8 @@ def _settings(args):
         s.model.decoder = args.decoder
     if getattr(args, "fim_template", None):
         s.model.fim_template = args.fim_template
+    if getattr(args, "vllm_url", None):  # decode on a vLLM server (docs/scale.md)
+        s.model.backend, s.model.url = "vllm", args.vllm_url
     return s
 
 
@@ -293,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--fim-template", dest="fim_template", metavar="NAME",
                         help="fill-in-the-middle template: auto (default: named by the checkpoint, its GGUF metadata "
                              "or its special tokens), fsm-complete, starcoder, qwen, deepseek, codellama")
+        sp.add_argument("--vllm-url", dest="vllm_url", metavar="URL",
+                        help="decode on the vLLM server at URL running fsm-complete's logits processor "
+                             "(model.backend \"vllm\"; --model names the served checkpoint; docs/scale.md)")
         sp.add_argument("--required-arguments", dest="required_arguments", metavar="PROFILE",
                         help="required-argument policy profile: default, strict-http, off")
 

@@ -1,0 +1,250 @@
+"""A completion decoded by a serving engine elsewhere (vLLM): the client's two halves.
+
+:func:`prepare` does everything before decoding where the document lives: the plan, the
+:class:`engine.spec.ConstraintSpec` (jedi, the lexer) and the FIM prompt's token ids. The server
+decodes ``prompt_ids`` greedily or by sampling, with the spec enforced per step
+(:mod:`fsm_complete.vllm`), and returns the token ids. :func:`settle` replays those ids through
+the same constraint code (:func:`engine.constrained.replay`) and finishes the text exactly as the
+in-process engine does (:meth:`engine.complete.Engine._outcome`).
+
+Differences from in-process decoding, by construction: no backtracking after a dead end (the row
+stops instead), no project-context cache mixing and no speculative drafts (a greedy result does not
+depend on them... the cache mixing does: turn ``context.cacheModel`` off to compare), and the
+server's own model kernels (greedy ties may break differently).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .api import Completion, CompletionRequest, StopReason
+from .constrained import RowTables, replay
+from .decode_loop import Decoding, Start
+from .plan import Plan, plan_request
+from .spec import ConstraintSpec
+from .stages import Stages
+
+
+@dataclass
+class RemoteRequest:
+    """One completion as a serving engine gets it: the FIM prompt's token ids, the constraint
+    ``spec`` (None: unconstrained), the token budget, the stop token ids and the sampling settings;
+    and the client's own state for :func:`settle` (``req``, ``plan``, ``start``, ``result``)."""
+
+    prompt_ids: list[int]
+    spec: ConstraintSpec | None
+    max_tokens: int
+    stop_ids: list[int]
+    temperature: float
+    top_p: float
+    seed: int
+    req: CompletionRequest = field(repr=False, default=None)
+    plan: Plan = field(repr=False, default=None)
+    start: Start = field(repr=False, default=None)
+    result: Completion = field(repr=False, default=None)
+
+    def sampling(self, spec_key: str = "fsm_spec") -> dict:
+        """Keyword arguments of vLLM's ``SamplingParams`` (also the OpenAI completions body's
+        fields; the spec goes in ``extra_args`` / ``vllm_xargs`` under ``spec_key`` as JSON)."""
+        out = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
+               "seed": self.seed, "stop_token_ids": list(self.stop_ids), "skip_special_tokens": False,
+               "logprobs": 0}  # the sampled token's (the confidence score; see settle)
+        if self.spec is not None:
+            out["extra_args"] = {spec_key: self.spec.to_json()}
+        return out
+
+
+def prepare(engine, req: CompletionRequest) -> RemoteRequest | Completion:
+    """The :class:`RemoteRequest` for ``req`` on a loaded ``engine`` (its tokenizer, FIM template,
+    FSM index and settings; the model itself is not run), or the finished :class:`Completion` when
+    nothing is to be decoded (a ``.`` typed in a comment)."""
+    req = engine._scalar_request(req)
+    plan = plan_request(req, engine.settings)
+    result = Completion(text="", multiline=plan.multiline, cursor_context=plan.context.kind)
+    if req.trigger_character is not None and not plan.in_code:
+        result.stop_reason = StopReason.NOT_CODE
+        return result
+    if plan.fp is not None:
+        result.fingerprint = plan.fp.as_dict()
+    stages = Stages()
+    start = engine._start(req, plan, result, stages)
+    spec = start.spec
+    prompt = engine.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
+    stop_ids = sorted(set(engine.builder.stop_ids) | set(engine.index.vocab.eos_ids))
+    return RemoteRequest(list(prompt.ids), spec, plan.max_tokens, stop_ids, plan.temperature, plan.top_p, plan.seed,
+                         req, plan, start, result)
+
+
+def tables_of(engine) -> RowTables:
+    """The engine's own tables as :class:`engine.constrained.RowTables` (no copy)."""
+    tables = getattr(engine, "_row_tables", None)
+    if tables is None or tables.index is not engine.index:
+        tables = RowTables(engine.index, engine.masks, engine.monitor_filter, engine.memo)
+        engine._row_tables = tables
+    return tables
+
+
+def settle(engine, remote: RemoteRequest, token_ids, finished_by_length: bool = False, logprobs=None
+           ) -> Completion:
+    """The :class:`Completion` of ``remote`` from the token ids the server decoded (a trailing
+    stop token included or not): replayed through the constraints, finished as in process.
+    ``finished_by_length``: the server stopped at ``max_tokens``. ``logprobs``: the log-probability
+    of each returned token under the distribution it was sampled from (vLLM with
+    ``--logprobs-mode processed_logprobs``: after the constraints' mask, as in process; the
+    confidence score is None without them)."""
+    import torch
+
+    req, plan, start, result = remote.req, remote.plan, remote.start, remote.result
+    ids = [int(t) for t in token_ids]
+    if remote.spec is not None:
+        dec = replay(remote.spec, tables_of(engine), ids, finished_by_length).dec
+    else:
+        dec = _unconstrained(engine, plan, ids, finished_by_length)
+    result.tokens = len(dec.gen)
+    if logprobs is not None and len(logprobs) >= len(dec.gen):
+        dec.logprobs = [torch.tensor(float(v)) for v in logprobs[: len(dec.gen)]]
+    result.prompt_tokens = len(remote.prompt_ids)
+    engine._outcome(req, plan, start, dec, engine._cursor(plan, start), result)
+    return result
+
+
+def _unconstrained(engine, plan: Plan, ids: list[int], finished_by_length: bool) -> Decoding:
+    """The decoded text of an unconstrained request: up to the first stop id, with the stop rules."""
+    tokens, stop_ids = engine.index.vocab.tokens, set(engine.builder.stop_ids) | set(engine.index.vocab.eos_ids)
+    dec = Decoding(sem=None)
+    dec.stop = StopReason.MAX_TOKENS
+    for tok in ids:
+        if tok in stop_ids:
+            dec.stop = StopReason.EOS
+            break
+        dec.gen.append(tok)
+        dec.text = b"".join(tokens[t] or b"" for t in dec.gen).decode("utf-8", "ignore")
+        dec.ends.append(len(dec.text))
+        dec.accepting.append(len(dec.text))
+        if engine._stops_after(dec, plan):
+            break
+    if dec.stop == StopReason.MAX_TOKENS and not finished_by_length and len(dec.gen) < plan.max_tokens:
+        dec.stop = StopReason.EOS
+    engine._budget_cut(dec, plan)
+    return dec
+
+
+# -- the vLLM backend (settings model.backend = "vllm") ----------------------------------------------
+
+
+class RemoteModel:
+    """Stands for the model in :class:`engine.model.LoadedModel` when a vLLM server decodes: the
+    checkpoint's ``config`` (from its config.json; no weights are loaded) and the server's ``client``."""
+
+    def __init__(self, config, client: VllmClient):
+        self.config = config
+        self.client = client
+
+
+class VllmClient:
+    """A vLLM server's OpenAI-compatible ``/v1/completions`` (``url``: its base URL), asked for token
+    ids in and out (``prompt`` as ids, ``return_token_ids``) with the spec in ``vllm_xargs``.
+    ``timeout``: seconds per request. Raises :class:`engine.errors.ModelError` with the fix."""
+
+    def __init__(self, url: str, timeout: float = 60.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._model: str | None = None
+
+    def _call(self, path: str, body: dict | None = None) -> dict:
+        import json
+        import urllib.error
+        import urllib.request
+
+        from .errors import ModelError
+
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # the configured server URL
+                return json.loads(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:500]
+            raise ModelError(f"the vLLM server at {self.url} refused {path}: HTTP {exc.code} {detail}") from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ModelError(f"the vLLM server at {self.url} did not answer {path} ({exc}); start it with "
+                             "`vllm serve MODEL_DIR --dtype float32` in the environment of scripts/vllm-env.sh "
+                             "(docs/scale.md) or set model.backend to \"local\"") from exc
+
+    def model_name(self) -> str:
+        """The served model's name (the first of ``/v1/models``; asked once)."""
+        if self._model is None:
+            from .errors import ModelError
+
+            models = self._call("/v1/models").get("data") or []
+            if not models:
+                raise ModelError(f"the vLLM server at {self.url} serves no model")
+            self._model = str(models[0]["id"])
+        return self._model
+
+    def decode(self, remote: RemoteRequest) -> tuple[list[int], bool, list | None]:
+        """The token ids the server decoded for ``remote``, whether it stopped at ``max_tokens`` and
+        each token's log-probability (None when the server sent none)."""
+        from .errors import ModelError
+
+        body = {"model": self.model_name(), "prompt": list(remote.prompt_ids), "return_token_ids": True}
+        sampling = remote.sampling()
+        extra = sampling.pop("extra_args", None)
+        body.update(sampling)
+        if extra:
+            body["vllm_xargs"] = extra
+        answer = self._call("/v1/completions", body)
+        try:
+            choice = answer["choices"][0]
+            ids = [int(t) for t in choice.get("token_ids") or []]
+            logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+            return ids, choice.get("finish_reason") == "length", logprobs
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ModelError(f"the vLLM server at {self.url} answered without token ids: {str(answer)[:300]}") from exc
+
+
+def load_remote(settings):
+    """The :class:`engine.model.LoadedModel` of the vLLM backend: the served checkpoint's tokenizer
+    and config from ``settings.model_dir()`` (the same files the server reads), a
+    :class:`RemoteModel` for the model. Raises :class:`engine.errors.ModelError` with the fix."""
+    import json
+    from types import SimpleNamespace
+
+    import torch
+
+    from .errors import ModelError
+    from .model import LoadedModel, _load_tokenizer
+
+    url = settings.model.url.strip()
+    if not url:
+        raise ModelError("model.backend is \"vllm\" but model.url is empty; set it to the vLLM server's base URL "
+                         "(e.g. http://127.0.0.1:8000)")
+    path = settings.model_dir()
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"model directory {path} has no readable config.json; point model.path at the served "
+                         "checkpoint's directory (its tokenizer and config are read here)") from exc
+    tokenizer = _load_tokenizer(path)
+    window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
+    model = RemoteModel(SimpleNamespace(**config), VllmClient(url))
+    return LoadedModel(model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.float32,
+                       name=path.name, max_positions=window, parameters=0)
+
+
+def complete_remote(engine, req: CompletionRequest) -> Completion:
+    """One completion through the vLLM backend: :func:`prepare`, the server, :func:`settle`."""
+    import time
+
+    t0 = time.perf_counter()
+    remote = prepare(engine, req)
+    if isinstance(remote, Completion):
+        return remote
+    t1 = time.perf_counter()
+    ids, by_length, logprobs = engine.lm.model.client.decode(remote)
+    t2 = time.perf_counter()
+    result = settle(engine, remote, ids, by_length, logprobs)
+    t3 = time.perf_counter()
+    result.timings_ms = {"prepare": round((t1 - t0) * 1e3, 3), "server": round((t2 - t1) * 1e3, 3),
+                         "finish": round((t3 - t2) * 1e3, 3), "total": round((t3 - t0) * 1e3, 3)}
+    return result

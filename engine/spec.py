@@ -1,0 +1,343 @@
+"""The constraint spec: everything one request's constrained decoding must obey, as one record.
+
+:func:`constraint_spec` is built where the document, jedi and the workspace live (the LSP process or
+the CLI): the lexer state at the cursor (indentation style, comment policy), the first-token rule's
+inputs (healed space, cursor line), the shape and stop rules (single/multi-line, wrap, token budget,
+stop token ids), the semantic monitors at their starting point (argument slots, member access or the
+block-header rule, the names monitor) with the callee resolver's configuration (document path,
+required-argument policy table), the domain vocabulary and the fuse's settings.
+:func:`start_from_spec` turns it into the decoder's :class:`engine.decode_loop.Start` (FSM guide,
+first-token rule, monitors) over a :class:`engine.fsm.TokenIndex`, wherever the model runs: the
+in-process decode loop (:class:`engine.complete.Engine`) and the vLLM logits processor
+(:mod:`fsm_complete.vllm`) both start from a spec, so a spec sent as JSON (:meth:`ConstraintSpec.to_json`,
+:meth:`ConstraintSpec.from_json`) decodes exactly as the one built in process.
+
+The monitors travel as their state (a tagged JSON codec of the registered monitor and lexer
+classes, :func:`encode` / :func:`decode`), so the receiving side re-runs no jedi query for the
+cursor; only calls that the completion itself opens are resolved where the model runs (jedi over
+the prefix plus the completion so far, ``document=False``; see :class:`ResolverSpec`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from .lexing.automaton import Lex
+from .monitors.block_header import BlockHeader
+from .monitors.member import MemberAccess
+from .monitors.names import NamesMonitor, _Bracket
+from .monitors.semantics import Semantics
+from .monitors.slots import CallSlots
+from .required_arguments import PolicyTable, RequiredKeyword
+from .resolve.jedi_client import Param
+from .signatures import CallSpec
+
+SPEC_VERSION = 1  # bump when a field or a monitor's state changes meaning
+
+
+class SpecError(ValueError):
+    """A spec that cannot be read: malformed JSON, an unknown type tag or another spec version."""
+
+
+# -- the codec ---------------------------------------------------------------------------------------
+
+# the only classes a spec may carry (decoding builds nothing else)
+_CLASSES = {cls.__name__: cls for cls in (Lex, CallSlots, MemberAccess, BlockHeader, NamesMonitor, _Bracket,
+                                          CallSpec, Param, RequiredKeyword)}
+
+
+def _slots(cls) -> list[str]:
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        for name in getattr(klass, "__slots__", ()):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def encode(value):
+    """A JSON-ready form of ``value``: plain JSON types as they are; tuples, sets, frozensets, bytes,
+    non-string-keyed dicts and the registered classes as ``{"$kind": ...}`` objects. Raises
+    :class:`SpecError` for anything else (a closure, an open file: it cannot travel)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [encode(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [encode(v) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        items = sorted((encode(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+        return {"$frozenset" if isinstance(value, frozenset) else "$set": items}
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    if isinstance(value, dict):
+        return {"$dict": [[encode(k), encode(v)] for k, v in value.items()]}
+    cls = type(value)
+    if _CLASSES.get(cls.__name__) is cls:
+        if dataclasses.is_dataclass(value):
+            state = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        else:
+            state = {name: encode(getattr(value, name)) for name in _slots(cls) if hasattr(value, name)}
+        return {"$type": cls.__name__, "state": state}
+    raise SpecError(f"a constraint spec cannot carry a {cls.__name__} ({value!r:.80})")
+
+
+def decode(data):
+    """The value :func:`encode` made ``data`` from. Raises :class:`SpecError` on an unknown tag."""
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):
+        return [decode(v) for v in data]
+    if not isinstance(data, dict) or len(data) not in (1, 2):
+        raise SpecError(f"malformed spec value {data!r:.80}")
+    if "$tuple" in data:
+        return tuple(decode(v) for v in data["$tuple"])
+    if "$frozenset" in data:
+        return frozenset(decode(v) for v in data["$frozenset"])
+    if "$set" in data:
+        return {decode(v) for v in data["$set"]}
+    if "$bytes" in data:
+        return bytes.fromhex(data["$bytes"])
+    if "$dict" in data:
+        return {decode(k): decode(v) for k, v in data["$dict"]}
+    cls = _CLASSES.get(data.get("$type"))
+    if cls is None or not isinstance(data.get("state"), dict):
+        raise SpecError(f"unknown type in spec: {data.get('$type')!r}")
+    state = {name: decode(v) for name, v in data["state"].items()}
+    if dataclasses.is_dataclass(cls):
+        return cls(**state)
+    obj = cls.__new__(cls)
+    allowed = set(_slots(cls))
+    for name, v in state.items():
+        if name not in allowed:
+            raise SpecError(f"{cls.__name__} has no field {name!r}")
+        setattr(obj, name, v)
+    return obj
+
+
+# -- the record --------------------------------------------------------------------------------------
+
+
+@dataclass
+class ResolverSpec:
+    """How calls that the completion itself opens are resolved (argument slots for ``requests.get(``
+    typed by the model): jedi over the document prefix plus the completion so far, with the file's
+    ``path`` (imports of modules beside it; None: none) and the required-argument policy table
+    (``profile`` and its ``rules`` by qualified callee name). Resolution happens where the model
+    runs, so a server without the workspace on disk resolves fewer callees (policy rules hold)."""
+
+    path: str | None
+    profile: str
+    rules: dict  # qualified name -> tuple[RequiredKeyword, ...]
+
+    def policies(self) -> PolicyTable:
+        return PolicyTable(self.rules, self.profile)
+
+
+@dataclass
+class ConstraintSpec:
+    """One request's decoding constraints (see the module docstring). Positions are code points.
+
+    ``lex``: the lexer at the cursor (after the healed space is given back; carries the
+    ``code_only`` comment policy); ``style``: the file's indentation character (None: either). ``heal``: the typed space handed back to the
+    model ("" or " "). ``tail``: the end of the prefix (at least the cursor's line and 64 characters,
+    for the first-token rule, the dedent stop and the domain boost). ``monitors``: the
+    :class:`engine.monitors.semantics.Semantics` state at the cursor, encoded (None: no semantic
+    monitor). ``stop_ids``: token ids that end the completion (the FIM template's and the
+    tokenizer's EOS); ``stop_tokens``: the template's stop token strings (the receiving side builds
+    the same vocabulary); ``vocab_digest``: :meth:`engine.vocab.Vocabulary.digest` of the sender's
+    tokenizer (a server with another tokenizer refuses the spec). ``mode``/``policy``: the
+    fingerprint's mode and its policy (informational)."""
+
+    lex: Lex
+    style: str | None
+    heal: str
+    tail: str
+    multiline: bool
+    wrap_ok: bool
+    single_line: bool
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    stop_ids: list
+    stop_tokens: list
+    vocab_digest: str = ""
+    monitors: Semantics | None = None
+    resolver: ResolverSpec | None = None
+    domain_vocabulary: list = field(default_factory=list)
+    domain_boost: float = 1.5
+    fuse_threshold: float = 0.02
+    fuse_bias: float = 2.0
+    mode: str | None = None
+    policy: dict | None = None
+    version: int = SPEC_VERSION
+
+    @property
+    def cursor_line(self) -> str:
+        """The cursor's line before the cursor (the healed space included)."""
+        return self.tail[self.tail.rfind("\n") + 1:]
+
+    def as_dict(self) -> dict:
+        """The JSON-ready form (``SamplingParams.extra_args["fsm_spec"]``, ``vllm_xargs``)."""
+        sem = self.monitors
+        monitors = None
+        if sem is not None:
+            monitors = {"calls": encode(list(sem.calls)), "member": encode(sem.member), "source": sem.source,
+                        "suffix_closes": sem.suffix_closes, "names": encode(sem.names)}
+        resolver = None
+        if self.resolver is not None:
+            resolver = {"path": self.resolver.path, "profile": self.resolver.profile,
+                        "rules": encode(self.resolver.rules)}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("lex", "monitors", "resolver", "policy")}
+        out.update(lex=encode(self.lex), monitors=monitors, resolver=resolver, policy=self.policy)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ConstraintSpec:
+        """Raises :class:`SpecError` on another :data:`SPEC_VERSION` or a malformed record."""
+        if not isinstance(data, dict):
+            raise SpecError("a constraint spec is a JSON object")
+        if data.get("version") != SPEC_VERSION:
+            raise SpecError(f"constraint spec version {data.get('version')!r}; this side reads {SPEC_VERSION} "
+                            "(run the same fsm-complete version on both sides)")
+        try:
+            fields = {f.name for f in dataclasses.fields(cls)}
+            kw = {k: v for k, v in data.items() if k in fields}
+            kw["lex"] = decode(data["lex"])
+            m = data.get("monitors")
+            if m is not None:
+                kw["monitors"] = Semantics(calls=decode(m["calls"]), member=decode(m["member"]), source=m["source"],
+                                           suffix_closes=m["suffix_closes"], names=decode(m["names"]))
+            r = data.get("resolver")
+            if r is not None:
+                kw["resolver"] = ResolverSpec(r["path"], r["profile"], decode(r["rules"]))
+            spec = cls(**kw)
+        except SpecError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SpecError(f"malformed constraint spec: {exc}") from exc
+        if not isinstance(spec.lex, Lex):
+            raise SpecError("malformed constraint spec: lex is no lexer state")
+        return spec
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ConstraintSpec:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise SpecError(f"constraint spec is not JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+
+# -- building it (where the document lives) ---------------------------------------------------------
+
+
+def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids=(), stop_tokens=(),
+                    vocab_digest: str = "", stages=None) -> ConstraintSpec:
+    """The spec of a constrained request (``plan.constrained``): lex the prefix
+    (:class:`engine.lexing.PrefixLexer`), give a typed space back to the model (token healing:
+    BPE tokens carry their leading space), apply the mode policy's comment rule and set up the
+    semantic monitors (jedi; ``policies_for(profile, path) -> PolicyTable``). The monitors' setup
+    time is added to ``stages.semantics`` (seconds; :class:`engine.stages.Stages`, None: not timed)."""
+    import time
+
+    from .fsm import detect_indent_style
+    from .monitors.base import PROSE_MODES
+    from .monitors.setup import monitors_at
+
+    s = settings
+    style = detect_indent_style(plan.prefix)
+    prefix, cursor_line = plan.prefix, plan.cursor_line
+    heal = ""
+    state = None
+    if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  "):
+        state, _recoveries = prefix_lexer.lex(prefix[:-1], style)
+        heal = " " if state.mode not in PROSE_MODES else ""
+    if not heal:
+        state, _recoveries = prefix_lexer.lex(prefix, style)
+    mode_policy = plan.fp.policy if plan.fp is not None else None
+    state = state.copy()
+    if s.constraints.code_only and state.mode not in PROSE_MODES and (mode_policy is None or mode_policy.code_only):
+        state.code_only = True  # completing code: comments are masked (the mode policy)
+    monitors = resolver = None
+    if s.constraints.semantic:
+        c = s.constraints
+        ts = time.perf_counter()
+        policies = policies_for(c.required_arguments, req.path)
+        monitors = monitors_at(prefix[: len(prefix) - len(heal)], plan.suffix, req.path, state, policies,
+                               member_access=c.member_access, domain_vocabulary=c.domain_vocabulary,
+                               multiline=plan.multiline)
+        if monitors.resolver is not None:
+            resolver = ResolverSpec(req.path, policies.profile, dict(policies.rules))
+            monitors.resolver = None  # travels as its configuration (see ResolverSpec)
+        if stages is not None:
+            stages.semantics += time.perf_counter() - ts
+    c = s.constraints
+    tail = prefix[-max(64, len(cursor_line)):]
+    return ConstraintSpec(
+        lex=state, style=style, heal=heal, tail=tail, multiline=plan.multiline, wrap_ok=plan.wrap_ok,
+        single_line=plan.single_line, max_tokens=plan.max_tokens, temperature=plan.temperature,
+        top_p=plan.top_p, seed=plan.seed, stop_ids=sorted(set(stop_ids)), stop_tokens=list(stop_tokens),
+        vocab_digest=vocab_digest, monitors=monitors, resolver=resolver,
+        domain_vocabulary=list(c.domain_vocabulary), domain_boost=c.domain_boost,
+        fuse_threshold=c.fuse_threshold, fuse_bias=c.fuse_bias,
+        mode=plan.fp.mode if plan.fp is not None else None,
+        policy=dataclasses.asdict(mode_policy) if dataclasses.is_dataclass(mode_policy) else None)
+
+
+def make_resolver(spec: ResolverSpec):
+    """The callee resolver of :class:`engine.monitors.semantics.Semantics` for ``spec``: memoised
+    per callee text, jedi without parsing the whole document (``document=False``)."""
+    from . import signatures
+
+    policies = spec.policies()
+    memo: dict = {}
+
+    def resolver(text: str, paren: int):
+        callee = text[max(0, paren - 120): paren]
+        if callee not in memo:  # no decode step waits for jedi to parse the whole document
+            memo[callee] = signatures.resolve_callee(text, paren, spec.path, policies, document=False)
+        return memo[callee]
+
+    return resolver
+
+
+def start_from_spec(spec: ConstraintSpec, index, memo, masks):
+    """The decoder's :class:`engine.decode_loop.Start` for ``spec`` over the token ``index``
+    (:class:`engine.fsm.TokenIndex`), the shared mask ``memo`` and ``masks``
+    (:class:`engine.step_mask.StepMask`, for the first-token rule). The spec is not changed (its
+    lexer state and monitors are copied). ``Start.sem`` is None when no monitor is active."""
+    from .decode_loop import Start
+    from .fsm import PythonGuide
+
+    start = Start(style=spec.style, heal=spec.heal)
+    state = spec.lex.copy()
+    start.guide = PythonGuide(index, state, memo)
+    start.lex = state.copy()
+    start.first = masks.first_token_rule(spec.heal, spec.cursor_line, spec.multiline)
+    if spec.monitors is not None:
+        sem = _copy_monitors(spec.monitors)
+        if spec.resolver is not None:
+            sem.resolver = make_resolver(spec.resolver)
+        start.sem_start = (state.copy(), sem.copy())
+        start.sem = sem if sem.active else None
+    return start
+
+
+def _copy_monitors(sem: Semantics) -> Semantics:
+    """A copy of the spec's monitors with their own refusal counts (decoding never changes the spec)."""
+    out = sem.copy()
+    out.refusals = dict(sem.refusals)
+    return out
+
+
+__all__ = ["SPEC_VERSION", "ConstraintSpec", "ResolverSpec", "SpecError", "constraint_spec", "decode", "encode",
+           "make_resolver", "start_from_spec"]
+
