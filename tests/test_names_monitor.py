@@ -279,7 +279,7 @@ def test_document_names_at_a_cursor_leave_out_other_functions_locals():
     prefix, suffix = SCOPES.split("█")
     names = document_names(prefix + suffix, len(prefix)).names
     assert {"os", "LIMIT", "load", "save", "Store", "CACHE", "smaller", "self", "size"} <= names
-    assert not {"handle", "inner", "item"} & names  # locals of load, save and inner
+    assert not {"handle", "inner", "item", "path", "mode", "data", "step"} & names  # other functions' locals and parameters
     assert {"handle", "inner", "item"} <= document_names(prefix + suffix).names  # without a cursor: all
     inside = SCOPES.index("return inner(data)")
     assert {"inner", "data"} <= document_names(SCOPES, inside).names and "handle" not in document_names(SCOPES, inside).names
@@ -287,6 +287,7 @@ def test_document_names_at_a_cursor_leave_out_other_functions_locals():
 
 @pytest.mark.parametrize("completion,refused", [
     ("return handle\n", "handle"),  # another function's local (pyflakes F821)
+    ("return mode\n", "mode"),  # another function's parameter
     ("return inner(smaller)\n", "inner"),
     ("return CACHE, LIMIT, os.sep, smaller\n", None),  # globals, a declared global, this function's local
     ("return self.grow(smaller)\n", None),

@@ -98,26 +98,28 @@ _SCOPE_TOKEN = re.compile(_TOKEN.pattern + r"""
 
 
 def hidden_bodies(text: str, cursor: int) -> list[tuple[int, int]]:
-    """Spans ``[start, end)`` of the bodies of ``def`` statements that do not enclose ``cursor``,
-    outermost first and not overlapping. A body is what follows its header's ``:``: the rest of that
+    """Spans ``[start, end)`` of the bodies of ``def`` statements that do not enclose ``cursor``, and
+    of their parameter lists (parameters are locals; a name a default or an annotation loads is
+    bound where the ``def`` stands, so it is known from there), sorted and not overlapping. A body is what follows its header's ``:``: the rest of that
     line when code follows the colon, else the lines indented deeper than the ``def`` (blank and
     comment-only lines, lines inside brackets or strings and backslash continuations never end
     it). Read with the names scanner's tokens, so a ``def`` in a string or comment is none."""
     spans: list[tuple[int, int]] = []
-    opened: list[list] = []  # [def column, body start or -1 (in the header), one-line body]
+    opened: list[list] = []  # [def column, body start, one-line body, parameter list span]
     depth = 0
     line_start = 0  # offset of the current physical line
     first = True  # the next token is the first of a logical line
     cont = False  # the line follows a backslash continuation
     line_tokens = 0  # tokens on the current logical line so far
     header_col = -1  # column of a ``def`` whose header's colon is not reached yet
+    params = [-1, -1]  # that header's parameter list: after its '(' and at its ')'
     after_colon = False  # the last token closed a header: does code follow on its line?
 
     def close(pos: int, col: int) -> None:
-        while opened and opened[-1][1] >= 0 and opened[-1][0] >= col:
-            _, start, _ = opened.pop()
+        while opened and opened[-1][0] >= col:
+            _, start, _, between = opened.pop()
             if not start <= cursor <= pos:
-                spans.append((start, pos))
+                spans.extend([between, (start, pos)] if between[0] >= 0 else [(start, pos)])
 
     for m in _SCOPE_TOKEN.finditer(text):
         kind = m.lastgroup
@@ -147,19 +149,22 @@ def hidden_bodies(text: str, cursor: int) -> list[tuple[int, int]]:
         if kind == "name" and m.group() == "def" and depth == 0 and (
                 line_tokens == 1 or (line_tokens == 2 and text[line_start:m.start()].strip() == "async")):
             header_col = len(text[line_start:m.start()]) - len(text[line_start:m.start()].lstrip())
+            params = [-1, -1]
         elif kind == "open":
+            if depth == 0 and header_col >= 0 and params[0] < 0:
+                params[0] = m.end()
             depth += 1
         elif kind == "close":
             depth = max(0, depth - 1)
+            if depth == 0 and header_col >= 0 and params[0] >= 0 and params[1] < 0:
+                params[1] = m.start()
         elif kind == "colon" and depth == 0 and header_col >= 0:
-            opened.append([header_col, m.end(), False])
+            opened.append([header_col, m.end(), False, tuple(params) if params[1] >= 0 else (-1, -1)])
             header_col, after_colon = -1, True
     while opened:
-        _, start, _ = opened.pop()
-        if opened and opened[-1][1] < 0:
-            continue
+        _, start, _, between = opened.pop()
         if not start <= cursor <= len(text):
-            spans.append((start, len(text)))
+            spans.extend([between, (start, len(text))] if between[0] >= 0 else [(start, len(text))])
     spans.sort()
     outer: list[tuple[int, int]] = []
     for a, b in spans:
