@@ -36,7 +36,12 @@ def decode_source(data: bytes) -> str:
     coding declaration in the first two lines, else UTF-8 (PEP 3120); the rule of
     :func:`tokenize.detect_encoding`. Line breaks are kept as they are (positions stay those of the
     file). Raises ValueError naming the encoding when the bytes do not decode, or when the declared
-    encoding is unknown or contradicts the BOM; the message carries the fix."""
+    encoding is unknown or contradicts the BOM, or when there is a NUL byte (CPython: "source code
+    cannot contain null bytes"; a binary file); the message carries the fix."""
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ValueError(f"a NUL byte at byte {nul}: not Python source (CPython refuses source code with null bytes); "
+                         "is this a binary file? Give a .py file")
     try:
         encoding, _lines = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:  # unknown codec in the cookie, BOM plus a non-UTF-8 cookie, bad UTF-8 in line 1-2

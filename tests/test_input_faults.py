@@ -96,6 +96,18 @@ def test_r8_decode_source_errors_carry_the_fix(data):
         decode_source(data)
 
 
+@pytest.mark.parametrize("data", [b"import os\x00\nos.pa\n", b"\x7fELF\x02\x01\x01\x00\x00\x00" + bytes(range(256))])
+def test_a_file_with_nul_bytes_is_named_binary_not_an_encoding_problem(tmp_path, data):
+    """The newcomer check: a binary file got the PEP 263 advice, and a file with a NUL byte was
+    completed although CPython refuses it. Both now say what they are."""
+    with pytest.raises(ValueError, match="NUL byte"):
+        decode_source(data)
+    path = tmp_path / "blob.py"
+    path.write_bytes(data)
+    proc = complete(path, 1, 1)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "binary file" in proc.stderr
+
+
 def test_r8_corpora_read_declared_encodings(tmp_path):
     from lab.corpus import corpus_files
 
