@@ -389,7 +389,12 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
     namespace is dynamic, or when no line start within ``lookback`` lines (tried 1, 2, 4... lines
     up) replays to the lexer's bracket depth (a statement this monitor cannot place: enforce
     nothing). Earlier statements replayed with it only add context (what they bound)."""
-    names = names if names is not None else document_names(prefix + suffix, len(prefix))
+    word = _cursor_word(prefix)
+    if names is None:  # one scan: without the half-typed word at the cursor (see _judge_cursor_word)
+        names = _names_without_word(prefix, suffix, word) if word else document_names(prefix + suffix, len(prefix))
+        word_names = names
+    else:
+        word_names = None
     if names.dynamic:
         return None
     known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
@@ -404,21 +409,35 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
         if monitor is not None and len(monitor.stack) == depth:
             monitor.replay = False
             if monitor.word and not monitor.word_dot:
-                _judge_cursor_word(monitor, prefix, suffix)
+                _judge_cursor_word(monitor, prefix, suffix, word_names if monitor.word == word else None)
             return monitor
         if start == 0:
             break
     return None
 
 
-def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str) -> None:
+def _cursor_word(prefix: str) -> str:
+    """The identifier characters at the end of ``prefix`` (a word the user is typing; "" if none)."""
+    k = len(prefix)
+    while k and prefix[k - 1] in _WORD_CHARS:
+        k -= 1
+    return prefix[k:]
+
+
+def _names_without_word(prefix: str, suffix: str, word: str) -> DocumentNames:
+    """:func:`document_names` at the cursor with the word there (``word`` before the cursor and any
+    word characters right after it) left out."""
+    head = len(suffix) - len(suffix.lstrip(_WORD_CHARS)) if suffix[:1] in _WORD_CHARS else 0
+    before = prefix[:len(prefix) - len(word)]
+    return document_names(before + " " + suffix[head:], len(before))
+
+
+def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str, names: DocumentNames | None = None) -> None:
     """The user stopped in the middle of a name (``suppor█``): the word the completion finishes is
     judged like one it wrote (``suppor`` + ``_time`` must be bound, or bind), and the half-typed
     word itself is known only if the document uses it elsewhere (its own occurrence at the cursor,
     with any word characters right after the cursor, is left out of the table)."""
-    head = len(suffix) - len(suffix.lstrip(_WORD_CHARS)) if suffix[:1] in _WORD_CHARS else 0
-    before = prefix[:len(prefix) - len(monitor.word)]
-    names = document_names(before + " " + suffix[head:], len(before))
+    names = names if names is not None else _names_without_word(prefix, suffix, monitor.word)
     monitor.known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
     monitor.word_user = False
     monitor.typed = monitor.word
