@@ -175,6 +175,25 @@ def test_dynamic_namespaces_get_no_monitor():
     assert not document_names("import os\nx = os.sep\n").dynamic
 
 
+@pytest.mark.parametrize("source", [
+    "x = __import__('os')\n",  # returns a module, binds no name of this one
+    "print(locals()['a'])\n", "f(**locals())\n", "d = vars(obj)\n", "locals()\n",  # reading binds nothing
+    "import sys\nm = sys.modules['os']\n", "if globals()['x'] == 1:\n    pass\n",
+])
+def test_reading_the_namespace_is_not_dynamic(source):
+    """Most of the bench's garbage came from documents called dynamic for ``__import__(`` or
+    ``locals()`` (stdlib tests use both), which then got no names monitor at all."""
+    assert not document_names(source).dynamic
+
+
+@pytest.mark.parametrize("source", [
+    "globals().update(x)\n", "g = globals()\n", "globals() [ 'a' ] += 1\n", "builtins._ = gettext\n",
+    "setattr(sys.modules[__name__], 'x', 1)\n", "sys.modules[__name__].x = 1\n",
+])
+def test_writing_the_namespace_is_dynamic(source):
+    assert document_names(source).dynamic
+
+
 def test_document_names_are_tolerant_of_half_typed_code():
     names = document_names("def f(path):\n    s = 'unterminated\n    return f'{width} \"\"\"never closed\n")
     assert {"f", "path", "s", "width"} <= names.names and "unterminated" not in names.names

@@ -19,8 +19,17 @@ MODULE_DUNDERS = frozenset({
 "The standard type hierarchy": modules, ``__class__`` for zero-argument ``super``)."""
 SOFT_KEYWORDS = frozenset({"match", "case", "type", "_"})
 BUILTIN_NAMES = frozenset(dir(builtins))
-_DYNAMIC = re.compile(r"\bimport[ \t]*\*|\b(?:globals|locals|vars)[ \t]*\(|\bexec[ \t]*\(|\b__builtins__\b"
-                      r"|\bsys\.modules\b|\b__import__[ \t]*\(")
+# what can bind a name without its text: a star import, exec, writes through globals()/locals()/
+# vars() (reading them binds nothing), and the builtins namespace changed at run time. ``__import__``
+# and ``sys.modules`` return or register modules; they bind no name of this module.
+_NAMESPACE = r"\b(?:globals|locals|vars)[ \t]*\([ \t]*\)[ \t]*"
+_DYNAMIC = re.compile(
+    r"\bimport[ \t]*\*|\bexec[ \t]*\(|\b__builtins__\b|\bbuiltins\.\w+[ \t]*=(?!=)|\bsys\.modules\[[ \t]*__name__"
+    r"|\bsetattr[ \t]*\([ \t]*(?:builtins|__builtins__)\b|"
+    + _NAMESPACE + r"\[[^\]\n]*\][ \t]*(?:=(?!=)|[-+*/|&^%@]=)"  # globals()["x"] = 1
+    + r"|" + _NAMESPACE + r"\.[ \t]*(?:update|setdefault|__setitem__)\b"  # globals().update(...)
+    + r"|=[ \t]*" + _NAMESPACE + r"(?:#.*)?$",  # g = globals(): written through later
+    re.MULTILINE)
 _TOKEN = re.compile(r'''
     (?P<str>(?P<prefix>[rRbBuUfFtT]{0,2})
         (?:"""(?:\\[\s\S]|[^\\])*?(?:"""|\Z) | \'\'\'(?:\\[\s\S]|[^\\])*?(?:\'\'\'|\Z)
