@@ -419,7 +419,7 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
 def _cursor_word(prefix: str) -> str:
     """The identifier characters at the end of ``prefix`` (a word the user is typing; "" if none)."""
     k = len(prefix)
-    while k and prefix[k - 1] in _WORD_CHARS:
+    while k and ident_char(prefix[k - 1]):
         k -= 1
     return prefix[k:]
 
@@ -427,7 +427,9 @@ def _cursor_word(prefix: str) -> str:
 def _names_without_word(prefix: str, suffix: str, word: str) -> DocumentNames:
     """:func:`document_names` at the cursor with the word there (``word`` before the cursor and any
     word characters right after it) left out."""
-    head = len(suffix) - len(suffix.lstrip(_WORD_CHARS)) if suffix[:1] in _WORD_CHARS else 0
+    head = 0
+    while head < len(suffix) and ident_char(suffix[head]):
+        head += 1
     before = prefix[:len(prefix) - len(word)]
     return document_names(before + " " + suffix[head:], len(before))
 
@@ -442,8 +444,6 @@ def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str, names: D
     monitor.word_user = False
     monitor.typed = monitor.word
 
-
-_WORD_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 
 
 def _replay(text: str, known: frozenset) -> NamesMonitor | None:
