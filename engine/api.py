@@ -62,6 +62,9 @@ class ModelInfo:
 
     def summary(self) -> str:
         """One line: ``NAME: 6.5 M parameters, float32 on cpu, vocabulary 8192, FIM template X (how)``."""
+        if self.format == "vllm":  # engine.remote: the weights live in the vLLM server
+            return (f"{self.name}: served by vLLM at {self.path}, vocabulary {self.vocab_size}, "
+                    f"FIM template {self.fim_template} ({self.fim_source})")
         fmt = f"GGUF {self.quantization}" if self.format == "gguf" else self.format
         return (f"{self.name}: {self.parameters / 1e6:.1f} M parameters ({fmt}), {self.dtype} on {self.device}, "
                 f"vocabulary {self.vocab_size}, FIM template {self.fim_template} ({self.fim_source})")

@@ -61,10 +61,9 @@ def to_markdown(record: dict) -> str:
              f"**Mode** `{record['mode']}` — {record['policy'].get('description', '')}", ""]
     info = record.get("model_info")
     if info:
-        fmt = f"GGUF {info['quantization']}" if info["format"] == "gguf" else info["format"]
-        lines += [(f"**Model** `{info['name']}`: {info['parameters'] / 1e6:.1f} M parameters ({fmt}), "
-                   f"{info['dtype']} on {info['device']}, vocabulary {info['vocab_size']}, FIM template "
-                   f"`{info['fim_template']}` ({info['fim_source']})"), ""]
+        from .api import ModelInfo
+
+        lines += [f"**Model** {ModelInfo(**info).summary()}", ""]
     for reason in record.get("reasons", []):
         lines.append(f"- {reason}")
     lines += ["", "## Intent fingerprint", "", "| feature | value |", "|---|---|"]

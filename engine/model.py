@@ -36,7 +36,7 @@ class LoadedModel:
     max_positions: int  # the model window (tokens)
     parameters: int
     prefill_threads: int = 0  # CPU threads for prompt prefill (0: the decode thread count)
-    format: str = "safetensors"  # "safetensors" | "gguf"
+    format: str = "safetensors"  # "safetensors" | "gguf" | "vllm" (engine.remote: a vLLM server decodes)
     quantization: str = ""  # GGUF: the file type ("F16", "Q8_0", "Q4_K_M", ...), dequantised to ``dtype`` at load
     fim_tokens: object = None  # engine.fim.FimTokens the checkpoint's metadata declares (GGUF), else None
     path: str = ""  # the checkpoint directory or GGUF file loaded

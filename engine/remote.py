@@ -141,38 +141,97 @@ class RemoteModel:
         self.client = client
 
 
+class RequestCancelled(Exception):
+    """The request's cancel event was set while the server decoded; its connection was closed, so
+    the server aborts it (vLLM's ``with_cancellation``: a client that disconnects aborts its request)."""
+
+
 class VllmClient:
-    """A vLLM server's OpenAI-compatible ``/v1/completions`` (``url``: its base URL), asked for token
-    ids in and out (``prompt`` as ids, ``return_token_ids``) with the spec in ``vllm_xargs``.
-    ``timeout``: seconds per request. Raises :class:`engine.errors.ModelError` with the fix."""
+    """A vLLM server's OpenAI-compatible ``/v1/completions`` (``url``: its base URL, ``http`` or
+    ``https``), asked for token ids in and out (``prompt`` as ids, ``return_token_ids``) with the spec
+    in ``vllm_xargs``. ``timeout``: seconds to connect and per read (a server that hangs costs at most
+    that). A request whose ``cancel`` event is set is dropped within :attr:`CANCEL_POLL_S` seconds by
+    closing its connection, which makes vLLM abort it (no tokens decoded for nobody).
 
-    def __init__(self, url: str, timeout: float = 60.0):
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-        self._model: str | None = None
+    Raises :class:`engine.errors.BackendUnavailable` when the server does not answer (down, killed
+    mid-request, a connection reset) and :class:`engine.errors.ModelError` when it refuses a request."""
 
-    def _call(self, path: str, body: dict | None = None) -> dict:
-        import json
-        import urllib.error
-        import urllib.request
+    CANCEL_POLL_S = 0.02
+
+    def __init__(self, url: str, timeout: float = 30.0):
+        from urllib.parse import urlsplit
 
         from .errors import ModelError
 
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        self.url = url.rstrip("/")
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ModelError(f"model.url {url!r} is not an http(s) URL; use the vLLM server's base URL, "
+                             "e.g. http://127.0.0.1:8000")
+        self._scheme, self._host, self._port, self._base = parts.scheme, parts.hostname, parts.port, parts.path
+        self.timeout = timeout
+        self._model: str | None = None
+
+    def _call(self, path: str, body: dict | None = None, cancel=None) -> dict:
+        """``GET`` (``body`` None) or ``POST`` ``path`` and the JSON answer. ``cancel``: a
+        :class:`threading.Event`; when it is set the connection is shut down and
+        :class:`RequestCancelled` raised."""
+        import http.client
+        import json
+        import socket
+        import threading
+
+        from .errors import BackendUnavailable, ModelError
+
+        cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=self.timeout)
+        done = threading.Event()
+
+        def watch() -> None:  # closes the socket under a blocked read when the request is cancelled
+            while not done.is_set():
+                if cancel.wait(self.CANCEL_POLL_S):
+                    sock = conn.sock
+                    if sock is not None and not done.is_set():
+                        try:
+                            sock.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                    return
+
+        watcher = None
+        if cancel is not None:
+            watcher = threading.Thread(target=watch, name="fsm-complete-vllm-cancel", daemon=True)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # the configured server URL
-                return json.loads(response.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:500]
-            raise ModelError(f"the vLLM server at {self.url} refused {path}: HTTP {exc.code} {detail}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ModelError(f"the vLLM server at {self.url} did not answer {path} ({exc}); start it with "
-                             "`vllm serve MODEL_DIR --dtype float32` in the environment of scripts/vllm-env.sh "
-                             "(docs/scale.md) or set model.backend to \"local\"") from exc
+            data = None if body is None else json.dumps(body).encode("utf-8")
+            conn.request("GET" if data is None else "POST", self._base + path, body=data,
+                         headers={"Content-Type": "application/json"})
+            if watcher is not None:
+                watcher.start()
+            response = conn.getresponse()
+            raw = response.read()
+            if cancel is not None and cancel.is_set():
+                raise RequestCancelled()
+            if response.status != 200:
+                detail = raw.decode("utf-8", "replace")[:500]
+                raise ModelError(f"the vLLM server at {self.url} refused {path}: HTTP {response.status} {detail}")
+            return json.loads(raw.decode("utf-8"))
+        except (OSError, http.client.HTTPException) as exc:
+            if cancel is not None and cancel.is_set():
+                raise RequestCancelled() from exc
+            raise BackendUnavailable(
+                f"the vLLM server at {self.url} did not answer ({type(exc).__name__}: {exc}); completions are "
+                "empty until it is back. Start it with `python -m vllm.entrypoints.openai.api_server --model "
+                "MODEL_DIR --dtype float32` in the environment of scripts/vllm-env.sh (docs/scale.md), or set "
+                "model.backend to \"local\"") from exc
+        except ValueError as exc:
+            raise ModelError(f"the vLLM server at {self.url} answered {path} with something that is not JSON: "
+                             f"{exc}") from exc
+        finally:
+            done.set()
+            conn.close()
 
     def model_name(self) -> str:
-        """The served model's name (the first of ``/v1/models``; asked once)."""
+        """The served model's name (the first of ``/v1/models``; asked until one answer names one)."""
         if self._model is None:
             from .errors import ModelError
 
@@ -182,9 +241,10 @@ class VllmClient:
             self._model = str(models[0]["id"])
         return self._model
 
-    def decode(self, remote: RemoteRequest) -> tuple[list[int], bool, list | None]:
+    def decode(self, remote: RemoteRequest, cancel=None) -> tuple[list[int], bool, list | None]:
         """The token ids the server decoded for ``remote``, whether it stopped at ``max_tokens`` and
-        each token's log-probability (None when the server sent none)."""
+        each token's log-probability (None when the server sent none). ``cancel``: see :meth:`_call`
+        (raises :class:`RequestCancelled`)."""
         from .errors import ModelError
 
         body = {"model": self.model_name(), "prompt": list(remote.prompt_ids), "return_token_ids": True}
@@ -193,7 +253,7 @@ class VllmClient:
         body.update(sampling)
         if extra:
             body["vllm_xargs"] = extra
-        answer = self._call("/v1/completions", body)
+        answer = self._call("/v1/completions", body, cancel)
         try:
             choice = answer["choices"][0]
             ids = [int(t) for t in choice.get("token_ids") or []]
@@ -229,7 +289,7 @@ def load_remote(settings):
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     model = RemoteModel(SimpleNamespace(**config), VllmClient(url))
     return LoadedModel(model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.float32,
-                       name=path.name, max_positions=window, parameters=0)
+                       name=path.name, max_positions=window, parameters=0, format="vllm", path=url)
 
 
 def complete_remote(engine, req: CompletionRequest) -> Completion:
@@ -241,7 +301,13 @@ def complete_remote(engine, req: CompletionRequest) -> Completion:
     if isinstance(remote, Completion):
         return remote
     t1 = time.perf_counter()
-    ids, by_length, logprobs = engine.lm.model.client.decode(remote)
+    try:
+        ids, by_length, logprobs = engine.lm.model.client.decode(remote, remote.req.cancel)
+    except RequestCancelled:
+        remote.result.cancelled, remote.result.stop_reason = True, StopReason.CANCELLED
+        remote.result.timings_ms = {"prepare": round((t1 - t0) * 1e3, 3),
+                                    "total": round((time.perf_counter() - t0) * 1e3, 3)}
+        return remote.result
     t2 = time.perf_counter()
     result = settle(engine, remote, ids, by_length, logprobs)
     t3 = time.perf_counter()

@@ -107,36 +107,95 @@ def _starts_statement(line: str) -> bool:
     return bool(line) and line[0] not in " \t\r#)]}@" and not line.startswith(_CONTINUATIONS)
 
 
-def region(prefix: str, suffix: str, top_level=None) -> tuple[str, str]:
-    """The enclosing top-level region around the cursor, ``(region_prefix, region_suffix)``: from the
-    last top-level statement line at or before the cursor (with its decorators) to the next one after
-    the cursor's line. A line at column 0 inside a string is no statement: ``top_level(offset) ->
-    bool`` (code-point offset of a line start in ``prefix``; from the lexer's line-start states)
-    tells real statement starts; without it the column-0 heuristic decides the start. The end is
-    checked by lexing from the start (never inside a string or brackets)."""
+_BLOCK_HEADER = ("def ", "def\t", "async ", "class ", "class\t")
+# an indented region is compiled under this stand-in opener (one INDENT, whatever the width)
+INDENTED_REGION_HEADER = "if 1:\n"
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _code_line(line: str) -> bool:
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("#")
+
+
+def _enclosing_def(lines: list[str], offsets: list[int], top_level) -> int | None:
+    """The line index of the innermost indented ``def``/``class`` that encloses the cursor (the
+    end of the last line), at its first decorator; None when the cursor is at module level or
+    directly in a top-level block. Walks up the block structure: each earlier statement line
+    indented less than every statement line after it, up to the cursor, is an enclosing block's
+    header (Language Reference 2.1.8); lines inside strings and brackets (``top_level`` false) and
+    comment lines are not statements."""
+    last = len(lines) - 1
+    width = len(lines[last]) if not lines[last].strip() else len(_indent(lines[last]))
+    for i in range(last, -1, -1):
+        line = lines[i]
+        if not _code_line(line) or not top_level(offsets[i]):
+            continue
+        ind = _indent(line)
+        if i < last and len(ind) >= width:
+            continue  # a sibling or a deeper statement: not an ancestor
+        width = len(ind)
+        if not ind:
+            return None
+        if line[len(ind):].startswith(_BLOCK_HEADER):
+            first = i
+            while first > 0 and lines[first - 1].startswith(ind + "@"):
+                first -= 1
+            return first
+    return None
+
+
+def _starts_statement_within(line: str, width: int) -> bool:
+    """A code line indented at most ``width`` columns (0: column 0, not a continuation keyword)."""
+    if width == 0:
+        return _starts_statement(line)
+    return _code_line(line) and len(_indent(line)) <= width
+
+
+def region(prefix: str, suffix: str, top_level=None, narrow: bool = True) -> tuple[str, str]:
+    """The enclosing region around the cursor, ``(region_prefix, region_suffix)``, compiled on its
+    own instead of the whole document.
+
+    With ``top_level(offset) -> bool`` (which line starts, code-point offsets in ``prefix``, are
+    outside every string and bracket; from the lexer's line-start states) the region is the
+    innermost indented ``def``/``class`` enclosing the cursor (a method, a nested function), with
+    its decorators, to the next statement indented no deeper; it is returned under the stand-in
+    opener :data:`INDENTED_REGION_HEADER` so that it compiles alone. Otherwise (and at module level,
+    or directly in a top-level block) it is the enclosing top-level statement: from the last
+    top-level statement line at or before the cursor (with its decorators) to the next one after the
+    cursor's line; without ``top_level`` the column-0 heuristic decides the start. The end is
+    checked by lexing from the start (never inside a string or brackets). ``narrow=False``: always
+    the top-level statement."""
     lines = prefix.split("\n")
     offsets = [0]
     for line in lines[:-1]:
         offsets.append(offsets[-1] + len(line) + 1)
-    start = 0
-    for i in range(len(lines) - 1, -1, -1):
-        if not _starts_statement(lines[i]) or (top_level is not None and not top_level(offsets[i])):
-            continue
-        first = i
-        while first > 0 and lines[first - 1].startswith("@"):
-            first -= 1
-        start = offsets[first]
-        break
+    start, width, header = 0, 0, ""
+    first = _enclosing_def(lines, offsets, top_level) if top_level is not None and narrow else None
+    if first is not None:
+        start, width, header = offsets[first], len(_indent(lines[first])), INDENTED_REGION_HEADER
+    else:
+        for i in range(len(lines) - 1, -1, -1):
+            if not _starts_statement(lines[i]) or (top_level is not None and not top_level(offsets[i])):
+                continue
+            first = i
+            while first > 0 and lines[first - 1].startswith("@"):
+                first -= 1
+            start = offsets[first]
+            break
     lexer = _RegionLexer(prefix[start:])
     end = len(suffix)
     pos = suffix.find("\n") + 1
     while 0 < pos < len(suffix):
         nl = suffix.find("\n", pos)
-        if _starts_statement(suffix[pos: nl if nl >= 0 else len(suffix)]) and lexer.outside(suffix, pos):
+        if _starts_statement_within(suffix[pos: nl if nl >= 0 else len(suffix)], width) and lexer.outside(suffix, pos):
             end = pos
             break
         pos = nl + 1
-    return prefix[start:], suffix[:end]
+    return header + prefix[start:], suffix[:end]
 
 
 class _RegionLexer:
@@ -171,8 +230,8 @@ class _RegionLexer:
         return self.broken or (self.state.mode == CODE and not self.state.brackets)
 
 
-class _Judge:
-    """The acceptance rule for text inserted at the cursor, against the enclosing region.
+class _RegionJudge:
+    """The acceptance rule for text inserted at the cursor, against one region (:func:`region`).
 
     A candidate is refused when tree-sitter finds more ERROR/MISSING nodes than without it (unless
     CPython compiles the region with it: where the two disagree, e.g. ``f"{t:=^20}"`` with ``=`` as
@@ -182,15 +241,23 @@ class _Judge:
     A new block opener at the end of the buffer is judged with a stand-in body.
     """
 
-    def __init__(self, prefix: str, suffix: str, top_level=None):
-        self.rp, self.rs = region(prefix, suffix, top_level)
+    def __init__(self, prefix: str, suffix: str, top_level=None, narrow: bool = True):
+        self.rp, self.rs = region(prefix, suffix, top_level, narrow)
         self.e0, self.m0 = count_syntax_errors(self.rp + self.rs)
         self.base_error = first_error(self.rp + self.rs)
         self.cursor = len(self.rp)
+        self._checked: dict[str, tuple[Issue | None, tuple[int, int] | None]] = {}
 
-    def check(self, text: str) -> tuple[Issue | None, int | None]:
+    def check(self, text: str) -> tuple[Issue | None, tuple[int, int] | None]:
         """``(issue or None, CPython's first error range in the candidate region or None)``; the range
-        is :func:`error_range`'s ``(start, end)``, offsets in ``region prefix + text + region suffix``."""
+        is :func:`error_range`'s ``(start, end)``, offsets in ``region prefix + text + region suffix``.
+        Memoised per text (finishing asks about the same texts more than once)."""
+        verdict = self._checked.get(text)
+        if verdict is None:
+            verdict = self._checked[text] = self._check(text)
+        return verdict
+
+    def _check(self, text: str) -> tuple[Issue | None, tuple[int, int] | None]:
         rp, rs = self.rp, self.rs
         if text.rstrip(" \t").endswith(":") and not rs.strip():
             line = (rp + text).rsplit("\n", 1)[-1]
@@ -209,25 +276,71 @@ class _Judge:
         return None, span  # the error lies past the insertion, or is an unrelated one before the cursor
 
 
+def _local(text: str) -> bool:
+    """Can ``text`` inserted at the cursor change nothing past the end of a narrowed region? One
+    line without a triple quote: it cannot dedent the lines after it, and a bracket or string it
+    leaves open is an error at the narrowed region's end already."""
+    return "\n" not in text and "\r" not in text and '"""' not in text and "'''" not in text
+
+
+class _Judge:
+    """The acceptance rule of :class:`_RegionJudge` for texts inserted at the cursor: one-line texts
+    (:func:`_local`) are judged against the narrowed region (the enclosing method), others against
+    the enclosing top-level statement, built when first needed. Error ranges are returned relative
+    to the cursor (0 = the insertion point)."""
+
+    def __init__(self, prefix: str, suffix: str, top_level=None):
+        self._args = (prefix, suffix, top_level)
+        self._narrow = _RegionJudge(prefix, suffix, top_level)
+        self._wide = None if self._narrow.rp.startswith(INDENTED_REGION_HEADER) else self._narrow
+        self.rest_of_line = len(self._narrow.rs.split("\n", 1)[0])
+
+    def check(self, text: str) -> tuple[Issue | None, tuple[int, int] | None]:
+        """``(issue or None, CPython's first error range or None)``, the range's code-point offsets
+        relative to the cursor."""
+        rule = self._narrow
+        if not _local(text):
+            if self._wide is None:
+                self._wide = _RegionJudge(*self._args, narrow=False)
+            rule = self._wide
+        issue, span = rule.check(text)
+        return issue, None if span is None else (span[0] - rule.cursor, span[1] - rule.cursor)
+
+
+_last_judge: tuple[tuple, _Judge] | None = None
+
+
+def _judge_for(prefix: str, suffix: str, top_level) -> _Judge:
+    """The :class:`_Judge` of the cursor, reused while the same request asks again (its region,
+    baseline parses and verdicts are computed once; strings hash once, so the key is cheap)."""
+    global _last_judge
+    key = (prefix, suffix, top_level is None)
+    last = _last_judge
+    if last is not None and last[0] == key:
+        return last[1]
+    judge = _Judge(prefix, suffix, top_level)
+    _last_judge = (key, judge)
+    return judge
+
+
 def validate(prefix: str, completion: str, suffix: str, top_level=None) -> list[Issue]:
     """Issues that inserting ``completion`` between ``prefix`` and ``suffix`` introduces (empty = fine).
     ``top_level``: which line starts are real statement starts, if known (see :func:`region`)."""
-    issue, _ = _Judge(prefix, suffix, top_level).check(completion)
+    issue, _ = _judge_for(prefix, suffix, top_level).check(completion)
     return [issue] if issue else []
 
 
 def judge(prefix: str, suffix: str, top_level=None):
     """A reusable verdict ``ok(text) -> bool`` for texts inserted between ``prefix`` and ``suffix``
     (the rule of :class:`_Judge`; the region is computed once)."""
-    rule = _Judge(prefix, suffix, top_level)
+    rule = _judge_for(prefix, suffix, top_level)
     return lambda text: rule.check(text)[0] is None
 
 
 def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -> tuple[int, str]:
     """Longest ``k`` such that ``"".join(pieces[:k])`` introduces no issue (:class:`_Judge`); returns
     ``(k, verdict)`` with verdict ``"ok"`` (k = all), ``"truncated"`` or ``"rejected"`` (k = 0)."""
-    judge = _Judge(prefix, suffix, top_level)
-    cursor = judge.cursor
+    judge = _judge_for(prefix, suffix, top_level)
 
     def check(text: str) -> tuple[bool, tuple[int, int] | None]:
         issue, span = judge.check(text)
@@ -238,10 +351,10 @@ def longest_valid(prefix: str, pieces: list[str], suffix: str, top_level=None) -
     if good:
         return n, "ok"
     limit = len("".join(pieces))
-    if span is not None and cursor <= span[0] and span[1] < cursor + limit:
+    if span is not None and 0 <= span[0] and span[1] < limit:
         # a shorter candidate must end before the end of the range CPython blames: its start may lie
         # well before the fault ("x + y z": "Perhaps you forgot a comma?" starts at x, x + y is valid)
-        limit = span[1] - cursor
+        limit = span[1]
 
     def try_k(k: int) -> bool | None:
         """Valid? None when not worth a check (whitespace only, or past the end of the full text's
@@ -299,8 +412,8 @@ def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=No
     When CPython's first error range ends inside ``text`` for every fix, no fix appended after it
     can help: the search jumps to the longest ``k`` whose text ends at or before the range's end.
     """
-    judge = _Judge(prefix, suffix, top_level)
-    rest_of_line = len(judge.rs.split("\n", 1)[0])
+    judge = _judge_for(prefix, suffix, top_level)
+    rest_of_line = judge.rest_of_line
     ends = [0]
     for piece in pieces:
         ends.append(ends[-1] + len(piece))
@@ -311,10 +424,10 @@ def finish_line(prefix: str, pieces: list[str], suffix: str, fixes, top_level=No
         inside = len(text)  # the earliest error inside the text over every fix tried
         for fix in fixes(text):
             issue, span = judge.check(text + fix)
-            if issue is None and (span is None or span[0] > judge.cursor + len(text) + len(fix) + rest_of_line):
+            if issue is None and (span is None or span[0] > len(text) + len(fix) + rest_of_line):
                 return k, fix
             # the end of CPython's range, not its start: text before the end may be valid (see error_range)
-            inside = min(inside, span[1] - judge.cursor) if span is not None and span[0] >= judge.cursor else 0
+            inside = min(inside, span[1]) if span is not None and span[0] >= 0 else 0
             tried += 1
             if tried >= 3 * MAX_TRUNCATIONS:
                 return None

@@ -55,6 +55,7 @@ class EngineHost:
         self._load_task: asyncio.Task | None = None
         self._load_generation = 0
         self._shown_errors: set[str] = set()  # decode failures already shown with window/showMessage
+        self._backend_down = False  # the vLLM backend's server did not answer the last request (shown once)
         self._decode_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the FSM cache write under way (_save_tables_soon)
         self._cancel_events: dict[Any, threading.Event] = {}
@@ -293,6 +294,11 @@ class EngineHost:
                 record.ended("error", cancelled=request.cancel.is_set())
                 return
             completion = future.result()
+            if self._backend_down and not completion.cancelled:  # a request went through: the outage is over
+                self._backend_down = False
+                logger.info("the model server answers again")
+                self._server.window_show_message(types.ShowMessageParams(
+                    type=types.MessageType.Info, message="fsm-complete: the model server answers again"))
             record.completed(completion, cancelled=completion.cancelled or request.cancel.is_set())
             logger.debug("request %r: %d tokens, stop %s%s, %.0f ms", record.id, completion.tokens,
                          completion.stop_reason, " (cancelled)" if record.cancelled else "", record.latency_ms)
@@ -316,9 +322,15 @@ class EngineHost:
         self._saving = self.in_thread(engine.save_tables, name="fsm-complete-save-tables")
 
     def _decode_failed(self, exc: Exception) -> None:
-        from engine.errors import ModelError
+        from engine.errors import BackendUnavailable, ModelError
 
-        if isinstance(exc, ModelError):  # e.g. out of memory: the user can act on it, tell them once
+        if isinstance(exc, BackendUnavailable):  # the vLLM server is down: say so once per outage
+            logger.error("completion failed: %s", exc)
+            if not self._backend_down:
+                self._backend_down = True
+                self._server.window_show_message(types.ShowMessageParams(
+                    type=types.MessageType.Error, message=f"fsm-complete: {exc}"))
+        elif isinstance(exc, ModelError):  # e.g. out of memory: the user can act on it, tell them once
             logger.error("completion failed: %s", exc)
             if str(exc) not in self._shown_errors:
                 self._shown_errors.add(str(exc))

@@ -175,3 +175,109 @@ def test_error_range_spans_what_cpython_blames():
     assert error_range(src) == (src.index("x"), src.index("z") + 1)
     assert error_range("a = 1 +\n") == (7, 7)
     assert error_range("x = 1\n") is None
+
+
+METHODS = '''import os
+
+
+class Store:
+    """Keeps paths.
+
+    def not_a_method(self):
+    """
+
+    @property
+    def root(self):
+        return self._root
+
+    def join(self, name, *rest):
+        if name:
+            return os.path.join(self.root, █name, *rest)
+        text = """
+x = 1
+"""
+        return text
+
+    def close(self):
+        pass
+
+
+def top():
+    return Store()
+'''
+
+
+def _lexed(marked: str):
+    from engine.lexing.prefix import PrefixLexer
+
+    prefix, suffix = marked.split("█")
+    lexer = PrefixLexer()
+    lexer.lex(prefix, None)
+    return prefix, suffix, lexer.top_level
+
+
+def test_a_method_is_its_own_region_under_a_stand_in_opener():
+    """Inside a method, only the method is parsed (not the whole class): the innermost indented
+    def with its decorators, to the next statement indented no deeper, under ``if 1:``; a column-0
+    line inside a string neither starts nor ends it."""
+    from engine.validate import INDENTED_REGION_HEADER
+
+    prefix, suffix, top_level = _lexed(METHODS)
+    rp, rs = region(prefix, suffix, top_level)
+    assert rp == INDENTED_REGION_HEADER + "    def join(self, name, *rest):\n        if name:\n" \
+        "            return os.path.join(self.root, "
+    assert rs == 'name, *rest)\n        text = """\nx = 1\n"""\n        return text\n\n'
+    ast.parse(rp + rs)  # compiles on its own
+    rp, _ = region(*_lexed(METHODS.replace("return self._root", "return █self._root").replace("█name", "name")))
+    assert rp.startswith(INDENTED_REGION_HEADER + "    @property\n    def root(self):\n")
+
+
+def test_a_method_region_judges_as_the_whole_class_would():
+    prefix, suffix, top_level = _lexed(METHODS)
+    assert validate(prefix, "self.root, ", suffix, top_level) == []
+    assert validate(prefix, "(", suffix, top_level) != []
+    assert validate(prefix, "x)\n    y = 1\n", suffix, top_level) != []  # a dedent that leaves the method broken
+
+
+def test_directly_in_a_top_level_block_the_region_is_the_top_level_statement():
+    prefix, suffix, top_level = _lexed("import os\n\nclass A:\n    x = █1\n    y = 2\n\nz = 3\n")
+    assert region(prefix, suffix, top_level) == ("class A:\n    x = ", "1\n    y = 2\n\n")
+
+
+def test_real_lines_are_never_refused_in_narrowed_regions():
+    """Teacher forcing over held-out standard-library files: at sampled cursor positions inside
+    indented defs, the file's own rest of the line is never refused, and the narrowed region's
+    verdict on an insertion before it (a bracket, a name, a block opener, a dedent) is the verdict
+    on the whole top-level statement."""
+    import random
+
+    from engine.lexing.prefix import PrefixLexer
+    from engine.text import read_source
+    from engine.validate import _RegionJudge
+    from lab.corpus import held_out_files
+
+    rng = random.Random(0)
+    files = [f for f in held_out_files() if 2_000 < f.stat().st_size < 60_000]
+    rng.shuffle(files)
+    checked = 0
+    for path in files[:12]:
+        source = read_source(path)
+        lines = source.splitlines(keepends=True)
+        starts = [0]
+        for line in lines:
+            starts.append(starts[-1] + len(line))
+        candidates = [i for i, line in enumerate(lines) if line.startswith("        ") and line.strip()]
+        for i in rng.sample(candidates, min(8, len(candidates))):
+            line = lines[i]
+            cut = starts[i] + len(line) - len(line.lstrip()) + rng.randrange(0, max(1, len(line.strip())))
+            prefix, suffix = source[:cut], source[cut:]
+            rest = suffix.split("\n", 1)[0]
+            lexer = PrefixLexer()
+            lexer.lex(prefix, None)
+            assert validate(prefix, rest, suffix[len(rest):], lexer.top_level) == [], (path.name, i)
+            for broken in ("(", ")", "]", " x", ":\n", "\n    y = 1\n"):
+                narrow = validate(prefix, broken, suffix, lexer.top_level) != []
+                whole = _RegionJudge(prefix, suffix, lexer.top_level, narrow=False).check(broken)[0] is not None
+                assert narrow == whole, (path.name, i, broken)
+            checked += 1
+    assert checked >= 60

