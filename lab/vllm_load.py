@@ -150,18 +150,58 @@ def in_process_level(engine, tasks, clients: int, requests: int) -> dict:
     return {"backend": "in-process", "constrained": True, **_concurrently(clients, jobs, run)}
 
 
+def row_step_cost(tasks) -> dict:
+    """What the logits processor costs per row and step, on this CPU: for each task, the
+    in-process engine's spec and prompt, the real model's logits at each step (not timed), and the
+    timed :meth:`engine.constrained.ConstrainedRow.mask` plus :meth:`~engine.constrained.ConstrainedRow.accept`
+    of the greedy token, as vLLM's processor runs them for each constrained row of a batch (ms)."""
+    import torch
+
+    from engine.api import CompletionRequest
+    from engine.constrained import ConstrainedRow
+    from engine.remote import prepare, tables_of
+
+    engine = _engine(backend="local")
+    tables = tables_of(engine)
+    costs: list[float] = []
+    for task in tasks:
+        engine._recent = []
+        remote = prepare(engine, CompletionRequest(prefix=task.prefix, suffix=task.suffix, path=task.path))
+        if not hasattr(remote, "prompt_ids") or remote.spec is None:
+            continue
+        row = ConstrainedRow(remote.spec, tables)
+        logits, _ = engine.kv.prefill(list(remote.prompt_ids))
+        while row.stop is None and len(row.dec.gen) < remote.max_tokens:
+            t0 = time.perf_counter()
+            masked = row.mask(logits.float())
+            tok = int(torch.argmax(masked))
+            row.accept(tok)
+            costs.append((time.perf_counter() - t0) * 1e3)
+            if row.stop is not None:
+                break
+            logits = engine.kv.decode_one_token(tok)
+    return {"row_steps": len(costs), "row_step_p50_ms": _percentile(costs, 0.5),
+            "row_step_p95_ms": _percentile(costs, 0.95), "row_step_mean_ms": round(statistics.mean(costs), 3)}
+
+
 def main(argv=None) -> int:
     from lab.vllm_parity import distinct_tasks
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--url", required=True, help="the vLLM server (on this machine)")
+    ap.add_argument("--url", help="the vLLM server (on this machine)")
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--requests", type=int, default=64, help="requests per level (at least 2 x clients)")
     ap.add_argument("--tasks", type=int, default=24)
     ap.add_argument("--no-in-process", action="store_true", help="skip the in-process levels")
     ap.add_argument("--json", help="write the report here")
+    ap.add_argument("--row-cost", action="store_true", help="only measure the processor's cost per row and step")
     args = ap.parse_args(argv)
     tasks = distinct_tasks(args.tasks, 0)
+    if args.row_cost:
+        print(json.dumps(row_step_cost(tasks)), flush=True)
+        return 0
+    if not args.url:
+        ap.error("--url is required (except with --row-cost)")
     client, remotes, cost = prepared(args.url, tasks)
     report = {"tasks": len(remotes), "client_cost": cost, "levels": []}
     print(json.dumps(report["client_cost"]), flush=True)
