@@ -191,6 +191,26 @@ class Engine(DecodeLoop):
         finally:
             self._lock.release()
 
+    def warm_document(self, text: str, path: str | None = None) -> None:
+        """Warm-up on open: lex the whole document (the prefix lexer keeps its state at every line
+        start, so a request anywhere in it later lexes only from the last line start) and have
+        jedi parse it (:func:`engine.resolve.jedi_client.warm_parse`), before the first request.
+        The lexing is skipped while the engine is busy. Never raises."""
+        if self.lm is None:
+            return
+        text = normalize_eol(scalar_text(text))
+        if self.settings.constraints.enabled and self._lock.acquire(blocking=False):
+            try:
+                self.prefix_lexer.lex(text, detect_indent_style(text))
+            except Exception:  # a warm-up must never take the server down
+                log.debug("lexing warm-up failed", exc_info=True)
+            finally:
+                self._lock.release()
+        if self.settings.constraints.enabled and self.settings.constraints.semantic and path:
+            from .resolve.jedi_client import warm_parse
+
+            warm_parse(text, path)
+
     @property
     def tables_unsaved(self) -> bool:
         """FSM tables were built that the disk cache does not hold yet (see :meth:`save_tables`)."""

@@ -61,7 +61,9 @@ def initialized(ls: FsmCompleteServer, params: types.InitializedParams) -> None:
 
 @_feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: FsmCompleteServer, params: types.DidOpenTextDocumentParams) -> None:
-    ls.documents.open(params.text_document)
+    doc = ls.documents.open(params.text_document)
+    if doc is not None:
+        ls.host.warm_document(doc)
 
 
 @_feature(types.TEXT_DOCUMENT_DID_CHANGE)

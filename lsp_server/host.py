@@ -354,6 +354,16 @@ class EngineHost:
         loop = asyncio.get_running_loop()
         self._warm_up_timer = loop.call_later(WARM_UP_DELAY_S, self._start_warm_up, doc.uri, doc.version)
 
+    def warm_document(self, doc: Document) -> None:
+        """Warm-up on open: lex ``doc`` and let jedi parse it on a thread
+        (:meth:`engine.complete.Engine.warm_document`), so that the first request in a document
+        just opened does not pay for either. Nothing while the model is not loaded."""
+        engine = self.engine
+        if engine is None or self._server.closed or getattr(engine, "lm", None) is None:
+            return
+        self.in_thread(engine.warm_document, doc.text, convert.document_path(doc.uri),
+                       name="fsm-complete-warm-document")
+
     def _start_warm_up(self, uri: str, version) -> None:
         self._warm_up_timer = None
         doc = self._server.documents.get(uri)

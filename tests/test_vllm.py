@@ -38,7 +38,11 @@ def report(tmp_path_factory):
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
     assert proc.returncode == 0, "lab.vllm_parity failed (its output is above)"
-    return json.loads(out.read_text(encoding="utf-8"))
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["processor"], ("vLLM ran without the fsm_complete logits processor: its `vllm.logits_processors` "
+                                 "entry point is not visible (a stale fsm_complete.egg-info on the path hides it; "
+                                 "rerun scripts/vllm-env.sh)")
+    return report
 
 
 def _differences(rows):
