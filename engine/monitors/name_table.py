@@ -55,6 +55,42 @@ class DocumentNames:
     dynamic: bool
 
 
+def _blank(text: str) -> str:
+    return "".join(ch if ch == "\n" else " " for ch in text)
+
+
+def is_dynamic(text: str) -> bool:
+    """Can the code of ``text`` bind a name that its text does not show (:data:`_DYNAMIC`: a star
+    import, ``exec``, writes through ``globals()``...)? Read in code only: ``# from x import *``
+    in a comment or ``ast.parse("from bar import *")`` in a string binds nothing."""
+    if not _DYNAMIC.search(text):
+        return False
+    code = _TOKEN.sub(lambda m: _blank(m.group()) if m.lastgroup in ("str", "comment") else m.group(), text)
+    return any(not _exec_into_own_namespace(code, m) for m in _DYNAMIC.finditer(code))
+
+
+_NAMESPACE_CALL = re.compile(r"\b(?:globals|locals|vars)[ \t]*\(")
+
+
+def _exec_into_own_namespace(code: str, m: re.Match) -> bool:
+    """Is match ``m`` an ``exec(source, namespace, ...)`` whose namespace is a dict of its own
+    (``exec(code, ns)`` binds nothing here; ``exec(code)`` and ``exec(code, globals())`` do)?
+    ``code``: the text with strings and comments blanked, so brackets count true."""
+    if not m.group().startswith("exec"):
+        return False
+    depth, i, comma = 1, m.end(), -1
+    while i < len(code) and depth:
+        ch = code[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 1 and comma < 0:
+            comma = i
+        i += 1
+    return comma >= 0 and not _NAMESPACE_CALL.search(code, comma, i)
+
+
 def document_names(text: str, cursor: int | None = None) -> DocumentNames:
     """Scan ``text`` (a whole document, half-typed code welcome: unterminated strings end at their
     line or the text's end) for its names. A tolerant regex scanner, not ``ast``: any text gives an
@@ -77,7 +113,7 @@ def document_names(text: str, cursor: int | None = None) -> DocumentNames:
                 at = b
             kept.append(text[at:])
             found = document_names("\n".join(kept))
-            return DocumentNames(found.names | declared, found.attributes, bool(_DYNAMIC.search(text)))
+            return DocumentNames(found.names | declared, found.attributes, is_dynamic(text))
     names: set[str] = set()
     attributes: set[str] = set()
     after_dot = False
@@ -96,7 +132,7 @@ def document_names(text: str, cursor: int | None = None) -> DocumentNames:
                     names.update(_FIELD_NAME.findall(field))
         elif kind != "comment":
             after_dot = False
-    return DocumentNames(frozenset(names), frozenset(attributes), bool(_DYNAMIC.search(text)))
+    return DocumentNames(frozenset(names), frozenset(attributes), is_dynamic(text))
 
 
 _DECLARED = re.compile(r"\b(?:global|nonlocal)[ \t]+([^\W\d]\w*(?:[ \t]*,[ \t]*[^\W\d]\w*)*)")
