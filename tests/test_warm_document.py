@@ -1,0 +1,23 @@
+"""Warm-up on open (issue 13): a document just opened is lexed and parsed by jedi before the
+first request, off the request path."""
+
+from __future__ import annotations
+
+
+def test_a_document_just_opened_is_lexed_and_parsed(engine, tmp_path):
+    from engine.resolve import jedi_client
+
+    path = tmp_path / "opened.py"
+    text = "import os\n\n\ndef f(path):\n    return os.path.join(path, 'x')\n" * 40
+    path.write_text(text, encoding="utf-8")
+    engine.warm_document(text, str(path))
+    assert engine.prefix_lexer._text == text  # states at every line start: any cursor lexes from there
+    assert engine.prefix_lexer.top_level(text.index("def f"))
+    from parso.cache import parser_cache
+
+    assert any(str(path) in {str(k) for k in by_path} for by_path in parser_cache.values())  # parso's cache by path
+    assert jedi_client.warm_parse(text, None) is False  # an unsaved buffer has no path to cache by
+
+
+def test_warming_never_raises(engine):
+    engine.warm_document("def (:\n\x00 broken", "/nonexistent/dir/x.py")
