@@ -60,14 +60,17 @@ class ModelInfo:
                 "vocabSize": self.vocab_size, "fimTemplate": self.fim_template, "fimSource": self.fim_source,
                 "format": self.format, "quantization": self.quantization, "window": self.window, "path": self.path}
 
-    def summary(self) -> str:
-        """One line: ``NAME: 6.5 M parameters, float32 on cpu, vocabulary 8192, FIM template X (how)``."""
+    def summary(self, code=str) -> str:
+        """One line: ``NAME: 6.5 M parameters, float32 on cpu, vocabulary 8192, FIM template X (how)``
+        (``NAME: served by vLLM at URL, ...`` for the vLLM backend). ``code(text)`` quotes the name and
+        the template (explain's Markdown puts them in backticks)."""
         if self.format == "vllm":  # engine.remote: the weights live in the vLLM server
-            return (f"{self.name}: served by vLLM at {self.path}, vocabulary {self.vocab_size}, "
-                    f"FIM template {self.fim_template} ({self.fim_source})")
-        fmt = f"GGUF {self.quantization}" if self.format == "gguf" else self.format
-        return (f"{self.name}: {self.parameters / 1e6:.1f} M parameters ({fmt}), {self.dtype} on {self.device}, "
-                f"vocabulary {self.vocab_size}, FIM template {self.fim_template} ({self.fim_source})")
+            where = f"served by vLLM at {self.path}"
+        else:
+            fmt = f"GGUF {self.quantization}" if self.format == "gguf" else self.format
+            where = f"{self.parameters / 1e6:.1f} M parameters ({fmt}), {self.dtype} on {self.device}"
+        return (f"{code(self.name)}: {where}, vocabulary {self.vocab_size}, "
+                f"FIM template {code(self.fim_template)} ({self.fim_source})")
 
 
 class StopReason(StrEnum):

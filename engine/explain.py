@@ -61,13 +61,9 @@ def to_markdown(record: dict) -> str:
              f"**Mode** `{record['mode']}` — {record['policy'].get('description', '')}", ""]
     info = record.get("model_info")
     if info:
-        if info["format"] == "vllm":
-            where = f"served by vLLM at {info['path']}"
-        else:
-            fmt = f"GGUF {info['quantization']}" if info["format"] == "gguf" else info["format"]
-            where = f"{info['parameters'] / 1e6:.1f} M parameters ({fmt}), {info['dtype']} on {info['device']}"
-        lines += [(f"**Model** `{info['name']}`: {where}, vocabulary {info['vocab_size']}, FIM template "
-                   f"`{info['fim_template']}` ({info['fim_source']})"), ""]
+        from .api import ModelInfo
+
+        lines += [f"**Model** {ModelInfo(**info).summary(code=lambda text: f'`{text}`')}", ""]
     for reason in record.get("reasons", []):
         lines.append(f"- {reason}")
     lines += ["", "## Intent fingerprint", "", "| feature | value |", "|---|---|"]
