@@ -241,19 +241,24 @@ class VllmClient:
             self._model = str(models[0]["id"])
         return self._model
 
-    def decode(self, remote: RemoteRequest, cancel=None) -> tuple[list[int], bool, list | None]:
-        """The token ids the server decoded for ``remote``, whether it stopped at ``max_tokens`` and
-        each token's log-probability (None when the server sent none). ``cancel``: see :meth:`_call`
-        (raises :class:`RequestCancelled`)."""
-        from .errors import ModelError
-
+    def body(self, remote: RemoteRequest) -> dict:
+        """The ``/v1/completions`` request body of ``remote``: the prompt as token ids, token ids
+        asked back, the sampling settings, the spec (if any) under ``vllm_xargs``."""
         body = {"model": self.model_name(), "prompt": list(remote.prompt_ids), "return_token_ids": True}
         sampling = remote.sampling()
         extra = sampling.pop("extra_args", None)
         body.update(sampling)
         if extra:
             body["vllm_xargs"] = extra
-        answer = self._call("/v1/completions", body, cancel)
+        return body
+
+    def decode(self, remote: RemoteRequest, cancel=None) -> tuple[list[int], bool, list | None]:
+        """The token ids the server decoded for ``remote``, whether it stopped at ``max_tokens`` and
+        each token's log-probability (None when the server sent none). ``cancel``: see :meth:`_call`
+        (raises :class:`RequestCancelled`)."""
+        from .errors import ModelError
+
+        answer = self._call("/v1/completions", self.body(remote), cancel)
         try:
             choice = answer["choices"][0]
             ids = [int(t) for t in choice.get("token_ids") or []]

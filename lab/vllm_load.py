@@ -121,16 +121,11 @@ def vllm_level(client, remotes: list, clients: int, requests: int, constrained: 
     """One concurrency level against the server: ``requests`` requests (the prepared ones in
     turn), ``clients`` at once, with their specs or without (same token counts)."""
     vllm = client.lm.model.client
-    model = vllm.model_name()
 
     def run(remote) -> int:
-        body = {"model": model, "prompt": list(remote.prompt_ids), "return_token_ids": True}
-        sampling = remote.sampling()
-        extra = sampling.pop("extra_args", None)
-        body.update(sampling)
-        if constrained:
-            body["vllm_xargs"] = extra
-        else:
+        body = vllm.body(remote)
+        if not constrained:
+            body.pop("vllm_xargs", None)
             body.update(max_tokens=remote.n_tokens, ignore_eos=True, stop_token_ids=[])
         answer = vllm._call("/v1/completions", body)
         return len(answer["choices"][0].get("token_ids") or [])

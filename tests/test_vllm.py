@@ -214,9 +214,7 @@ def _long_request(client):
 
     remote = RemoteRequest(prompt_ids=[1, 2, 3], spec=None, max_tokens=400, stop_ids=[], temperature=0.0,
                            top_p=1.0, seed=0)
-    body = {"model": client.model_name(), "prompt": remote.prompt_ids, "return_token_ids": True,
-            "ignore_eos": True, **remote.sampling()}
-    return body
+    return {**client.body(remote), "ignore_eos": True}
 
 
 def test_a_cancelled_request_is_aborted_on_the_server(server):
