@@ -177,7 +177,7 @@ def cmd_train(args) -> int:
     from lab.train import TrainConfig, train
 
     cfg = TrainConfig()
-    for name in ("work_dir", "out_dir", "corpus_dir", "seed", "steps", "batch_size", "threads", "lr",
+    for name in ("work_dir", "out_dir", "corpus_dir", "seed", "data_seed", "steps", "batch_size", "threads", "lr",
                  "warmup_steps", "save_every", "init_from", "source_cap_chars"):
         value = getattr(args, name)
         if value is not None:
@@ -334,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", dest="out_dir", help="where the finished checkpoint goes (default: the package's model)")
     sp.add_argument("--corpus", dest="corpus_dir", help="directory of .py files (default: this Python's stdlib)")
     sp.add_argument("--seed", type=int)
+    sp.add_argument("--data-seed", dest="data_seed", type=int,
+                    help="seed of the training batches (default: --seed); give a continuation run (--init-from) a new "
+                         "one so that it does not see the batches of the run it continues")
     sp.add_argument("--steps", type=int)
     sp.add_argument("--batch-size", dest="batch_size", type=int)
     sp.add_argument("--threads", type=int)

@@ -11,7 +11,7 @@ prefix/middle/suffix and laid out either as PSM (``<fim_prefix>`` prefix ``<fim_
 StarCoder variant). The special tokens are StarCoder's, so the default model uses the StarCoder FIM
 template at inference.
 
-The run is deterministic for a seed (data for step ``k`` comes from ``numpy.random.default_rng([seed,
+The run is deterministic for a seed (data for step ``k`` comes from ``numpy.random.default_rng([data_seed,
 k])``) and resumable: ``work_dir/checkpoint.pt`` is written every ``save_every`` steps and picked up
 on restart. The loss log is ``work_dir/train_log.jsonl`` (one JSON object per logged step).
 
@@ -50,7 +50,8 @@ class TrainConfig:
     out_dir: str = str(DEFAULT_MODEL_DIR)
     work_dir: str = "runs/train"
     corpus_dir: str = ""  # empty: the CPython standard library of the running interpreter
-    seed: int = 0
+    seed: int = 0  # model initialisation and the held-out windows
+    data_seed: int = -1  # the training batches (step k's batch from rng([data_seed, k])); -1: the same as seed
     holdout_percent: int = 5
     vocab_size: int = 8192
     hidden_size: int = 256
@@ -316,8 +317,9 @@ def train(cfg: TrainConfig) -> dict:
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", file=sys.stderr)
     t_start = time.time() - elapsed
     model.train()
+    data_seed = cfg.seed if cfg.data_seed < 0 else cfg.data_seed
     while step < cfg.steps:
-        batch = torch.from_numpy(maker.batch(np.random.default_rng([cfg.seed, step]), cfg.batch_size))
+        batch = torch.from_numpy(maker.batch(np.random.default_rng([data_seed, step]), cfg.batch_size))
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
         with _autocast(cfg):
