@@ -44,6 +44,7 @@ class Start:
     sem: Semantics | None = None
     sem_start: tuple | None = None
     style: str | None = None
+    indent: str = ""  # the file's indentation unit (StepRules.indent)
     spec: object = None  # the engine.spec.ConstraintSpec it was built from (None unconstrained)
 
 
@@ -288,7 +289,8 @@ class DecodeLoop:
         import torch
 
         s, guide, n = self.settings, start.guide, len(dec.gen)
-        rules = StepRules(first=n == 0, body_pending=bool(plan.multiline and guide.state.need_indent and guide.state.ls))
+        rules = StepRules(first=n == 0, body_pending=bool(plan.multiline and guide.state.need_indent and guide.state.ls),
+                          indent=start.indent)
         logits, step.allowed, step.mask_us = self.masks.apply(
             raw, guide, rules, start.first, banned=dec.banned.get(n), tail=plan.prefix[-64:] + dec.text,
             boost=s.constraints.domain_boost, bias=dec.bias_next, bias_amount=s.constraints.fuse_bias)

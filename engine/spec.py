@@ -34,7 +34,7 @@ from .required_arguments import PolicyTable, RequiredKeyword
 from .resolve.jedi_client import Param
 from .signatures import CallSpec
 
-SPEC_VERSION = 1  # bump when a field or a monitor's state changes meaning
+SPEC_VERSION = 2  # bump when a field or a monitor's state changes meaning
 
 
 class SpecError(ValueError):
@@ -141,7 +141,9 @@ class ConstraintSpec:
     """One request's decoding constraints (see the module docstring). Positions are code points.
 
     ``lex``: the lexer at the cursor (after the healed space is given back; carries the
-    ``code_only`` comment policy); ``style``: the file's indentation character (None: either). ``heal``: the typed space handed back to the
+    ``code_only`` comment policy); ``style``: the file's indentation character (None: either);
+    ``indent_unit``: one indentation level of the file (a tab or N spaces; "" no indentation rule,
+    :class:`engine.step_mask.StepRules`). ``heal``: the typed space handed back to the
     model ("" or " "). ``tail``: the end of the prefix (at least the cursor's line and 64 characters,
     for the first-token rule, the dedent stop and the domain boost). ``monitors``: the
     :class:`engine.monitors.semantics.Semantics` state at the cursor, encoded (None: no semantic
@@ -165,6 +167,7 @@ class ConstraintSpec:
     stop_ids: list
     stop_tokens: list
     vocab_digest: str = ""
+    indent_unit: str = ""
     monitors: Semantics | None = None
     resolver: ResolverSpec | None = None
     domain_vocabulary: list = field(default_factory=list)
@@ -249,6 +252,7 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
     import time
 
     from .fsm import detect_indent_style
+    from .lexing.vocabulary import indent_unit
     from .monitors.base import PROSE_MODES
     from .monitors.setup import monitors_at
 
@@ -282,7 +286,7 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
     c = s.constraints
     tail = prefix[-max(64, len(cursor_line)):]
     return ConstraintSpec(
-        lex=state, style=style, heal=heal, tail=tail, multiline=plan.multiline, wrap_ok=plan.wrap_ok,
+        lex=state, style=style, indent_unit=indent_unit(prefix + plan.suffix, len(prefix), style), heal=heal, tail=tail, multiline=plan.multiline, wrap_ok=plan.wrap_ok,
         single_line=plan.single_line, max_tokens=plan.max_tokens, temperature=plan.temperature,
         top_p=plan.top_p, seed=plan.seed, stop_ids=sorted(set(stop_ids)), stop_tokens=list(stop_tokens),
         vocab_digest=vocab_digest, monitors=monitors, resolver=resolver,
@@ -317,7 +321,7 @@ def start_from_spec(spec: ConstraintSpec, index, memo, masks):
     from .decode_loop import Start
     from .fsm import PythonGuide
 
-    start = Start(style=spec.style, heal=spec.heal)
+    start = Start(style=spec.style, heal=spec.heal, indent=spec.indent_unit)
     state = spec.lex.copy()
     start.guide = PythonGuide(index, state, memo)
     start.lex = state.copy()

@@ -5,7 +5,8 @@ Every constrained step's logits go through :meth:`StepMask.apply`, which compose
 1. the lexical FSM (:class:`engine.fsm.PythonGuide`): tokens that keep the code lexically valid;
 2. the step rules (:class:`StepRules`): no control characters ever; on the first step no stop
    token and the first-token rule (no duplicated indentation, no blank first body line, a healed
-   space); while a block body's first line is pending, no line break;
+   space); while a block body's first line is pending, no line break; at a logical line's start,
+   indentation only to a level the file's unit allows (:meth:`StepMask.indentation_allowed`);
 3. the tokens banned at this step after a dead end (backtracking);
 4. the domain-vocabulary boost (settings ``constraints.domainVocabulary``);
 5. the fuse's bias against the tokens the semantic monitors refused at the previous step.
@@ -40,17 +41,45 @@ def ends_mid_character(data: bytes) -> bool:
     return False
 
 
+_ALL_WS, _ENDS_LINE, _CODE = 0, 1, 2  # what follows a token's leading spaces and tabs
+
+
+def _leading_indentation(tokens: list) -> tuple:
+    """Per token: ``(lead_n, lead_char, rest)``, int arrays ``[vocab]``: the number of leading spaces
+    and tabs, the character they are (its code point; -1 when mixed or none) and what follows them
+    (:data:`_ALL_WS` nothing, :data:`_ENDS_LINE` a line break, form feed or ``#``, :data:`_CODE` anything
+    else). Ids that are no text count as :data:`_CODE` with no whitespace."""
+    lead_n = np.zeros(len(tokens), dtype=np.int64)
+    lead_char = np.full(len(tokens), -1, dtype=np.int64)
+    rest = np.full(len(tokens), _CODE, dtype=np.int64)
+    for i, t in enumerate(tokens):
+        if not t:
+            continue
+        body = t.lstrip(b" \t")
+        n = len(t) - len(body)
+        lead_n[i] = n
+        if n and len(set(t[:n])) == 1:
+            lead_char[i] = t[0]
+        if not body:
+            rest[i] = _ALL_WS
+        elif body[:1] in (b"\n", b"\r", b"\f", b"#"):
+            rest[i] = _ENDS_LINE
+    return lead_n, lead_char, rest
+
+
 @dataclass(frozen=True)
 class StepRules:
     """The decoding rules of one step besides the FSM.
 
     ``first``: the first step (no stop token; the first-token rule applies). ``body_pending``: a
     multi-line completion has opened a block whose indented first line is not written yet (no line
-    break: a body does not start with a blank line).
+    break: a body does not start with a blank line). ``indent``: the file's indentation unit (a tab
+    or N spaces, :func:`engine.lexing.vocabulary.indent_unit`); "" for no indentation rule.
     """
 
     first: bool
     body_pending: bool
+    indent: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +111,7 @@ class StepMask:
         self.starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in tokens], dtype=bool)
         self.starts_space = np.array([bool(t) and t[:1] == b" " for t in tokens], dtype=bool)
         self.starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in tokens], dtype=bool)
+        self._lead = _leading_indentation(tokens)
         # ids that are no text and no stop token (special and added tokens the template does not
         # stop on): never sampled, in any mode
         undecodable = np.array([t is None for t in tokens], dtype=bool)
@@ -123,9 +153,47 @@ class StepMask:
                 allowed = allowed & ~first.blocked
         if rules.body_pending:
             allowed = allowed & ~self.has_nl
+        if rules.indent:
+            rule = self.indentation_allowed(guide.state, rules.indent)
+            if rule is not None:
+                allowed = allowed & rule
         hit = (self._to_device(self.fit_logits(~allowed)), int(allowed.sum()))
         self.memo.put(key, hit)
         return hit
+
+    def indentation_allowed(self, state, unit: str) -> np.ndarray | None:
+        """At a logical line's start, the tokens whose leading whitespace keeps the line's indentation
+        on a level of this file: bool ``[vocab]``, or None where the rule does not apply (not at a line
+        start in code, an unknown indentation stack, indentation typed in the other character).
+
+        A line's indentation may end only on an enclosing level, and the first line of a block body
+        exactly one ``unit`` (a tab or N spaces) deeper than its header: the lexical FSM allows any
+        deeper first line (Language Reference 2.1.8), which lets a model indent without end (tab
+        after tab) or away from the file's style; this rule keeps the file's consistent indentation
+        (PEP 8: "use 4 spaces per indentation level", consistently). A token that ends the line
+        (a blank line) or starts a comment is not judged; neither is one whose leading whitespace
+        uses the other character (the FSM judges mixing). Whitespace beyond the deepest level is refused
+        only while comments are masked (``state.code_only``): a comment may sit at any depth.
+        """
+        ws, indents = state.ws, state.indents
+        char = unit[:1]
+        if (not state.ls or state.mode != pylex.CODE or state.brackets or ws is None or not isinstance(indents, tuple)
+                or not char):
+            return None
+        if ws.strip(char):
+            return None
+        per_level = 8 if char == "\t" else 1  # columns per character (a tab advances 8)
+        if any(width % per_level for width in indents):
+            return None
+        levels = [width // per_level for width in indents]
+        targets = np.array([levels[-1] + len(unit)] if state.need_indent else levels)
+        lead_n, lead_char, rest = self._lead
+        reach = len(ws) + lead_n  # characters of indentation after the token
+        deeper_ok = not state.code_only  # a comment may sit at any depth; without comments only a blank line could
+        ok = (rest == _ENDS_LINE) | ((rest == _ALL_WS) & ((reach <= targets.max()) | deeper_ok)) | (
+            (rest == _CODE) & np.isin(reach, targets))
+        judged = (lead_n == 0) | (lead_char == ord(char))
+        return ~judged | ok
 
     def fit_logits(self, blocked: np.ndarray) -> np.ndarray:
         """A bool mask over the tokenizer's ids ``[vocab]`` -> over the model's logits

@@ -76,3 +76,41 @@ def test_masks_are_not_trivial_on_real_code(tokenizer_and_index):
         masked.append(1 - guide.allowed_mask().mean())
         assert guide.advance(tid)
     assert max(masked) > 0.5 and np.mean(masked) > 0.05
+
+
+def test_held_out_files_keep_the_indentation_rule(tokenizer_and_index):
+    """The step rule on indentation (:meth:`engine.step_mask.StepMask.indentation_allowed`: a line
+    ends its indentation on an enclosing level, a block's first line one unit deeper) refuses no
+    real token of the held-out files at any logical line start (comments allowed, as real code has)."""
+    import torch
+
+    from engine.lexing.vocabulary import indent_unit
+    from engine.step_mask import StepMask
+
+    tok, index = tokenizer_and_index
+    tokens = list(index.vocab.tokens)
+    masks = StepMask(tokens, index.vocab.eos_ids, len(tokens), torch.device("cpu"))
+    judged = 0
+    for path in held_out_files():
+        text = read_source(path)
+        style = detect_indent_style(text)
+        ids = tok.encode(text, add_special_tokens=False)
+        guide = PythonGuide(index, Lex(style), MaskMemo())
+        offset, rules, refused = 0, {}, []
+        for tid in ids:
+            state = guide.state
+            if state.ls and not state.brackets:
+                unit = indent_unit(text, offset, style)
+                key = (state.key(), unit)
+                if key not in rules:
+                    rules[key] = masks.indentation_allowed(state, unit)
+                rule = rules[key]
+                if rule is not None:
+                    judged += 1
+                    if not rule[tid]:
+                        line = text.count("\n", 0, offset) + 1
+                        refused.append(f"line {line}: {tokens[tid]!r} after {state.ws!r} (unit {unit!r})")
+            assert guide.advance(tid), guide.error
+            offset += len(tok.decode([tid]))
+        assert not refused, (str(path), refused[:5])
+    assert judged > 10_000

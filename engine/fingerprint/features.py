@@ -5,7 +5,6 @@ indentation of the logical lines before the cursor, document features from :mod:
 from __future__ import annotations
 
 import re
-from collections import Counter
 from functools import lru_cache
 
 import numpy as np
@@ -13,7 +12,7 @@ import numpy as np
 from ..lexing.calls import call_frames, paren_kind
 from ..lexing.scanner import WS as _WS
 from ..lexing.scanner import Scan, scan
-from ..lexing.vocabulary import COMPOUND_KEYWORDS
+from ..lexing.vocabulary import COMPOUND_KEYWORDS, indent_step
 from .facts import FILE_IO_MODULES, HTTP_CLIENTS, TEST_MODULES, _document_facts
 from .modes import FEATURES, Fingerprint, select_mode
 
@@ -24,27 +23,8 @@ _SCOPE_HEADER = re.compile(r"(?:async[ \t]+)?(def|class)[ \t]+(\w+)")
 _DEF_STMT = re.compile(r"[ \t]*(?:async[ \t]+)?def\b")
 _IMPORT_STMT = re.compile(r"[ \t]*(?:import|from)\b")
 _HEADER_SAME_LINE = re.compile(r"[ \t]*(?:(?:async[ \t]+)?def|class)\b.*:[ \t]*\Z")
-_INDENTS = re.compile(r"\n([ \t]*)[^ \t\n#]")
-_UNIT_WINDOW = 16_000  # code points before the cursor (and a quarter of it after) used to detect the indentation unit
-
-
 def _width(ws: str) -> int:
     return len(ws.expandtabs(8)) if "\t" in ws else len(ws)
-
-
-def _indent_unit(doc: str, cursor: int) -> int:
-    """The most common positive indentation step (spaces) between consecutive code lines near the
-    cursor; 4 when there is none."""
-    steps: Counter = Counter()
-    prev = 0
-    for ws in _INDENTS.findall(doc, max(0, cursor - _UNIT_WINDOW), cursor + _UNIT_WINDOW // 4):
-        if "\t" in ws:
-            continue
-        w = len(ws)
-        if 0 < w - prev <= 8:
-            steps[w - prev] += 1
-        prev = w
-    return steps.most_common(1)[0][0] if steps else 4
 
 
 def _is_test_path(path: str | None) -> bool:
@@ -135,7 +115,7 @@ def _features(text: str, suffix: str, path: str | None) -> np.ndarray:
     if line_ws:
         tabs = line_ws.count("\t")
         spaces = len(line_ws) - tabs
-        level = tabs + (spaces // _indent_unit(doc, n) if spaces else 0)
+        level = tabs + (spaces // indent_step(doc, n) if spaces else 0)
         v[15] = min(level, 8) / 8
 
     # 8 in_def_signature, 10 in_import

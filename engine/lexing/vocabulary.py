@@ -11,6 +11,8 @@ PEP 750 (``t``-strings, Python 3.14: template strings lex exactly like f-strings
 from __future__ import annotations
 
 import keyword
+import re
+from collections import Counter
 
 # every valid string prefix, lower-cased (2.4.1 + PEP 750); "u" combines with nothing
 STRING_PREFIXES = frozenset({"r", "u", "b", "f", "t", "br", "rb", "fr", "rf", "tr", "rt"})
@@ -50,3 +52,27 @@ def indent_width(ws: str) -> int:
         else:
             col += 1
     return col
+
+
+# a line ending in ":" (a block header; a trailing comment allowed) and the next code line's indentation
+_HEADER_AND_BODY = re.compile(r"^([ ]*)[^ \t\n#][^\n]*:[ \t]*(?:#[^\n]*)?\n(?:[ \t]*(?:#[^\n]*)?\n)*([ ]*)[^ \t\n#]", re.M)
+_UNIT_WINDOW = 16_000  # code points before the cursor (and a quarter of it after) read for the unit
+
+
+def indent_step(doc: str, cursor: int) -> int:
+    """The file's indentation unit in spaces: the most common step (1 to 8 columns) from a block
+    header (a line ending in ``:``) to the first line of its body, among space-indented lines near
+    ``cursor`` (a code-point offset); 4 when there is none (PEP 8: 4 spaces per indentation level).
+    Tab-indented lines are skipped (their unit is a tab)."""
+    steps: Counter = Counter()
+    for header, body in _HEADER_AND_BODY.findall(doc, max(0, cursor - _UNIT_WINDOW), cursor + _UNIT_WINDOW // 4):
+        step = len(body) - len(header)
+        if 0 < step <= 8:
+            steps[step] += 1
+    return steps.most_common(1)[0][0] if steps else 4
+
+
+def indent_unit(doc: str, cursor: int, style: str | None) -> str:
+    """The text of one indentation level in this file: a tab when ``style`` (the file's indentation
+    character, :func:`engine.fsm.detect_indent_style`) is a tab, else :func:`indent_step` spaces."""
+    return "\t" if style == "\t" else " " * indent_step(doc, cursor)
