@@ -32,11 +32,11 @@ def undefined(source: str) -> set[str]:
     return {m.message_args[0] for m in found if isinstance(m, messages.UndefinedName)}
 
 
-def run(buffer: str, completion: str):
+def run(buffer: str, completion: str, path: str | None = None):
     """Feed ``completion`` at █; ``(refusal or None, index of the refused character, monitor)``."""
     prefix, suffix = buffer.split("█")
     state = lex_text(prefix)
-    monitor = names_monitor(prefix, suffix, len(state.brackets))
+    monitor = names_monitor(prefix, suffix, len(state.brackets), path=path)
     assert monitor is not None
     for i, ch in enumerate(completion):
         refusal = monitor.feed(ch, len(state.brackets), names_code(state, ch))
@@ -169,7 +169,7 @@ def test_an_empty_completion_after_a_half_typed_word_may_end():
 
 
 def test_dynamic_namespaces_get_no_monitor():
-    for source in ("from os import *\n", "globals()['x'] = 1\n", "exec('y = 1')\n", "import builtins\n__builtins__\n"):
+    for source in ("from os import *\n", "globals()['x'] = 1\n", "exec('y = 1')\n", "__builtins__['x'] = 1\n"):
         assert document_names(source).dynamic
         assert names_monitor(source, "", 0) is None
     assert not document_names("import os\nx = os.sep\n").dynamic
@@ -179,6 +179,10 @@ def test_dynamic_namespaces_get_no_monitor():
     "x = __import__('os')\n",  # returns a module, binds no name of this one
     "print(locals()['a'])\n", "f(**locals())\n", "d = vars(obj)\n", "locals()\n",  # reading binds nothing
     "import sys\nm = sys.modules['os']\n", "if globals()['x'] == 1:\n    pass\n",
+    # an alias of the namespace only read (test/_test_multiprocessing.py: ``local_globs = globals()``)
+    "g = globals()\nfor name, base in g.items():\n    print(g['a'])\n",
+    "import builtins\nbuiltins.__import__ = hook\n",  # replacing a builtin binds no new name
+    "print(__builtins__)\n", "f = __builtins__['len']\n", "__builtins__.open = fake_open\n",
 ])
 def test_reading_the_namespace_is_not_dynamic(source):
     """Most of the bench's garbage came from documents called dynamic for ``__import__(`` or
@@ -187,7 +191,8 @@ def test_reading_the_namespace_is_not_dynamic(source):
 
 
 @pytest.mark.parametrize("source", [
-    "globals().update(x)\n", "g = globals()\n", "globals() [ 'a' ] += 1\n", "builtins._ = gettext\n",
+    "globals().update(x)\n", "g = globals()\ng['x'] = 1\n", "g = globals()\ninstall(g)\n", "g = globals()\ng.update(d)\n",
+    "globals() [ 'a' ] += 1\n", "builtins._ = gettext\n", "__builtins__.gettext = f\n", "__builtins__ = {}\n",
     "setattr(sys.modules[__name__], 'x', 1)\n", "sys.modules[__name__].x = 1\n",
 ])
 def test_writing_the_namespace_is_dynamic(source):
@@ -334,3 +339,27 @@ def test_what_binds_nothing_here_is_not_dynamic(source):
 @pytest.mark.parametrize("source", ["exec(code)\n", "exec(code, globals())\n", "exec(f(a, b), locals(), None)\n"])
 def test_exec_into_this_namespace_is_dynamic(source):
     assert document_names(source).dynamic
+
+
+def test_a_star_import_of_a_module_found_as_source_is_static(tmp_path):
+    """``from .constants import *`` binds what that module binds: the names monitor stays on with
+    those names known, instead of switching off for the whole document."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "constants.py").write_text("from .more import *\nMAXREPEAT = 65535\ndef helper():\n    pass\n")
+    (pkg / "more.py").write_text("SUCCESS = 1\n")
+    (pkg / "generated.py").write_text("def make(*names):\n    globals().update({n: 1 for n in names})\n")
+    (pkg / "lazy.py").write_text("__all__ = ['Lazy']\ndef __getattr__(name):\n    return 1\n")
+    doc = str(pkg / "compiler.py")
+    source = "from .constants import *\nx = "
+    names = document_names(source, len(source), doc)
+    assert not names.dynamic and {"MAXREPEAT", "helper", "SUCCESS"} <= names.names
+    refusal, _, _ = run(source + "█\n", "MAXREPEAT + SUCCESS + helper()", path=doc)
+    assert refusal is None, refusal
+    refusal, _, _ = run(source + "█\n", "MAXREPEATS + 1", path=doc)
+    assert refusal is not None and "MAXREPEATS" in refusal.detail
+    assert "Lazy" in document_names("from .lazy import *\n", None, doc).names  # PEP 562: what __all__ lists
+    for dynamic in ("from .generated import *\n", "from .nowhere import *\n", "from _sre_not_source import *\n"):
+        assert document_names(dynamic, None, doc).dynamic, dynamic
+    assert document_names(source, None, None).dynamic  # a relative import without the document's path

@@ -7,6 +7,7 @@ A tolerant regex scan, not ``ast``: half-typed code and any text give an answer.
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 from dataclasses import dataclass
 
@@ -30,6 +31,23 @@ _DYNAMIC = re.compile(
     + r"|" + _NAMESPACE + r"\.[ \t]*(?:update|setdefault|__setitem__)\b"  # globals().update(...)
     + r"|=[ \t]*" + _NAMESPACE + r"(?:#.*)?$",  # g = globals(): written through later
     re.MULTILINE)
+# every _DYNAMIC match is on a line with one of these words (a cheap first pass over a large file)
+_DYNAMIC_HINT = re.compile(r"import[ \t]*\*|exec|builtins|sys\.modules|setattr|globals|locals|vars")
+
+
+def _dynamic_matches(text: str):
+    """The :data:`_DYNAMIC` matches of ``text``, in order, searched only on the lines that
+    :data:`_DYNAMIC_HINT` finds (each of its alternatives lies within one line)."""
+    done = -1
+    for hint in _DYNAMIC_HINT.finditer(text):
+        if hint.start() < done:
+            continue
+        start = text.rfind("\n", 0, hint.start()) + 1
+        end = text.find("\n", hint.end())
+        done = len(text) if end < 0 else end
+        yield from _DYNAMIC.finditer(text, start, done)
+
+
 _TOKEN = re.compile(r'''
     (?P<str>(?P<prefix>[rRbBuUfFtT]{0,2})
         (?:"""(?:\\[\s\S]|[^\\])*?(?:"""|\Z) | \'\'\'(?:\\[\s\S]|[^\\])*?(?:\'\'\'|\Z)
@@ -59,17 +77,149 @@ def _blank(text: str) -> str:
     return "".join(ch if ch == "\n" else " " for ch in text)
 
 
-def is_dynamic(text: str) -> bool:
+def is_dynamic(text: str, path: str | None = None) -> bool:
     """Can the code of ``text`` bind a name that its text does not show (:data:`_DYNAMIC`: a star
     import, ``exec``, writes through ``globals()``...)? Read in code only: ``# from x import *``
-    in a comment or ``ast.parse("from bar import *")`` in a string binds nothing."""
-    if not _DYNAMIC.search(text):
-        return False
+    in a comment or ``ast.parse("from bar import *")`` in a string binds nothing. A star import of a
+    module found as source (:func:`star_import_names`, ``path`` the document's file) is static."""
+    return namespace(text, path)[0]
+
+
+def namespace(text: str, path: str | None = None) -> tuple[bool, frozenset]:
+    """``(dynamic, star_names)``: :func:`is_dynamic`, and the names the document's star imports
+    bring when every one of them resolves to Python source (empty otherwise)."""
+    if not any(_dynamic_matches(text)):
+        return False, frozenset()
     code = _TOKEN.sub(lambda m: _blank(m.group()) if m.lastgroup in ("str", "comment") else m.group(), text)
-    return any(not _exec_into_own_namespace(code, m) for m in _DYNAMIC.finditer(code))
+    star: set[str] = set()
+    for m in _dynamic_matches(code):
+        if _binds_nothing(code, m):
+            continue
+        names = _star_names(code, m, path) if m.group().startswith("import") else None
+        if names is None:
+            return True, frozenset()
+        star |= names
+    return False, frozenset(star)
+
+
+_STAR_FROM = re.compile(r"\bfrom[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*\Z")
+_STAR_DEPTH = 3  # star imports followed through modules that star-import in turn
+
+
+def _star_names(code: str, m: re.Match, path: str | None, depth: int = 0) -> frozenset | None:
+    """The names ``from MODULE import *`` at match ``m`` (on ``import *``) may bind: every name the
+    module's source uses or binds (lenient: a superset of its public names), or None when the
+    module is not found as a ``.py`` file or its own namespace is dynamic."""
+    head = _STAR_FROM.search(code, code.rfind("\n", 0, m.start()) + 1, m.start() + len("import"))
+    if head is None:
+        return None
+    dots, module = head.group(1), head.group(2)
+    found = module_source(module, len(dots), path)
+    if found is None:
+        return None
+    return star_import_names(str(found), depth)
+
+
+def star_import_names(file: str, depth: int = 0) -> frozenset | None:
+    """What ``from <the module in file> import *`` may bind (see :func:`_star_names`); None when not
+    static. Memoised by file and modification time."""
+    import os
+
+    try:
+        mtime = os.stat(file).st_mtime_ns
+    except OSError:
+        return None
+    return _module_star_names(file, mtime, depth)
+
+
+@functools.lru_cache(maxsize=256)
+def _module_star_names(file: str, mtime: int, depth: int) -> frozenset | None:
+    from ..text import read_source
+
+    if depth >= _STAR_DEPTH:
+        return None
+    try:
+        text = read_source(file)
+    except (OSError, UnicodeError, ValueError):
+        return None
+    if not any(_dynamic_matches(text)):
+        return document_names_plain(text)
+    code = _TOKEN.sub(lambda m: _blank(m.group()) if m.lastgroup in ("str", "comment") else m.group(), text)
+    names = set(document_names_plain(text))
+    for m in _dynamic_matches(code):
+        if _binds_nothing(code, m):
+            continue
+        more = _star_names(code, m, file, depth + 1) if m.group().startswith("import") else None
+        if more is None:
+            return None
+        names |= more
+    return frozenset(names)
+
+
+def module_source(module: str, level: int, path: str | None):
+    """The ``.py`` file (a :class:`pathlib.Path`) of ``module`` imported from the document ``path``
+    with ``level`` leading dots (relative import), searched as the import system would, without
+    importing anything: the document's package for a relative import, else the document's own
+    directory and then ``sys.path``. None when not found as source (a C extension, a namespace
+    package, an unknown module)."""
+    import sys
+    from pathlib import Path
+
+    parts = [p for p in module.split(".") if p]
+    if level:
+        if not path:
+            return None
+        base = Path(path).resolve().parent
+        for _ in range(level - 1):
+            base = base.parent
+        roots = [base]
+    else:
+        roots = ([Path(path).resolve().parent] if path else []) + [Path(p) for p in sys.path if p]
+    for root in roots:
+        target = root.joinpath(*parts) if parts else root
+        for candidate in (target.with_suffix(".py") if parts else None, target / "__init__.py"):
+            if candidate is not None and candidate.is_file():
+                return candidate
+    return None
 
 
 _NAMESPACE_CALL = re.compile(r"\b(?:globals|locals|vars)[ \t]*\(")
+# a write through a namespace object (after its name): item assignment, update/setdefault/__setitem__,
+# a new attribute (``__builtins__.x = 1``) or a reassignment
+_WRITE_AFTER = re.compile(r"[ \t]*(?:\[[^\]\n]*\][ \t]*(?:(?<![=!<>])=(?!=)|[-+*/|&^%@]=)"
+                          r"|\.[ \t]*(?:update|setdefault|__setitem__)\b|\.[ \t]*(\w+)[ \t]*=(?!=)|=(?!=))")
+_ALIAS = re.compile(r"(?:^|[;:])[ \t]*([^\W\d]\w*)[ \t]*=[ \t]*\Z", re.MULTILINE)
+
+
+def _binds_nothing(code: str, m: re.Match) -> bool:
+    """Does the :data:`_DYNAMIC` match ``m`` bind no name of this module after all? ``code``: the
+    text with strings and comments blanked. Reading a namespace binds nothing; these do not either:
+
+    * ``exec(source, ns)`` into a dictionary of its own (:func:`_exec_into_own_namespace`);
+    * ``builtins.open = ...``: replacing a builtin that exists binds no new name;
+    * ``__builtins__`` read (``__builtins__['len']``, ``__builtins__.get``), not written;
+    * ``g = globals()`` where ``g`` is then only read (``g['x']``, ``g.items()``), never written
+      through nor handed on (an argument or another name)."""
+    text = m.group()
+    if text.startswith("exec"):
+        return _exec_into_own_namespace(code, m)
+    if text.startswith("builtins."):
+        return text[len("builtins."):].split("=")[0].strip() in BUILTIN_NAMES
+    if text == "__builtins__":
+        write = _WRITE_AFTER.match(code, m.end())
+        return write is None or (write.group(1) or "") in BUILTIN_NAMES and bool(write.group(1))
+    if text.startswith("="):  # g = globals(): judged by what is done with g
+        line_start = code.rfind("\n", 0, m.start()) + 1
+        alias = _ALIAS.search(code, line_start, m.start() + 1)
+        if alias is None:
+            return False
+        for use in re.finditer(rf"(?<![\w.]){re.escape(alias.group(1))}\b", code):
+            if use.start() == alias.start(1):
+                continue  # the binding itself
+            if _WRITE_AFTER.match(code, use.end()) or not re.match(r"[ \t]*[\[.]", code[use.end(): use.end() + 40]):
+                return False  # written through, or handed on as a value (it may be written elsewhere)
+        return True
+    return False
 
 
 def _exec_into_own_namespace(code: str, m: re.Match) -> bool:
@@ -91,29 +241,49 @@ def _exec_into_own_namespace(code: str, m: re.Match) -> bool:
     return comma >= 0 and not _NAMESPACE_CALL.search(code, comma, i)
 
 
-def document_names(text: str, cursor: int | None = None) -> DocumentNames:
+def document_names(text: str, cursor: int | None = None, path: str | None = None) -> DocumentNames:
     """Scan ``text`` (a whole document, half-typed code welcome: unterminated strings end at their
     line or the text's end) for its names. A tolerant regex scanner, not ``ast``: any text gives an
     answer. Lenient on purpose: a name *used* anywhere counts as known, so the monitor never refuses
-    what the document itself does.
+    what the document itself does. The names its star imports bring are added when those modules
+    are found as source (``path``: the document's file, for relative imports; :func:`namespace`).
 
     With ``cursor`` (a code-point offset, 0-based) the names are those a load at the cursor can
     see (Python's scoping, Language Reference 4.2.2): the bodies of functions that do not enclose
     the cursor are left out (their locals are not visible there; :func:`hidden_bodies`), except
     the names of their ``global``/``nonlocal`` statements. Still lenient: class bodies, headers and
     every enclosing function stay whole."""
-    if cursor is not None:
-        spans = hidden_bodies(text, cursor)
-        if spans:
-            kept, declared, at = [], set(), 0
-            for a, b in spans:
-                kept.append(text[at:a])
-                for group in _DECLARED.findall(text, a, b):
-                    declared.update(re.findall(r"[^\W\d]\w*", group))
-                at = b
-            kept.append(text[at:])
-            found = document_names("\n".join(kept))
-            return DocumentNames(found.names | declared, found.attributes, is_dynamic(text))
+    dynamic, star = namespace(text, path)
+    spans = hidden_bodies(text, cursor) if cursor is not None else []
+    declared: set[str] = set()
+    if spans:
+        kept, at = [], 0
+        for a, b in spans:
+            kept.append(text[at:a])
+            for group in _DECLARED.findall(text, a, b):
+                declared.update(re.findall(r"[^\W\d]\w*", group))
+            at = b
+        kept.append(text[at:])
+        text = "\n".join(kept)
+    names, attributes = _scan(text)
+    return DocumentNames(frozenset(names | declared | star), frozenset(attributes), dynamic)
+
+
+def document_names_plain(text: str) -> frozenset:
+    """Every name ``text`` uses or binds outside strings, comments and attribute positions (no
+    scoping, no star imports); with the words in its strings too when it has an ``__all__`` (a
+    module ``__getattr__`` may provide what ``__all__`` lists, PEP 562)."""
+    names, _ = _scan(text)
+    if "__all__" in names:
+        for m in _TOKEN.finditer(text):
+            if m.lastgroup == "str":
+                names.update(re.findall(r"[^\W\d]\w*", m.group("str")))
+    return frozenset(names)
+
+
+def _scan(text: str) -> tuple[set, set]:
+    """``(names, attributes)``: the identifiers of ``text`` outside strings and comments (f-string
+    fields included), those after a ``.`` apart."""
     names: set[str] = set()
     attributes: set[str] = set()
     after_dot = False
@@ -132,7 +302,7 @@ def document_names(text: str, cursor: int | None = None) -> DocumentNames:
                     names.update(_FIELD_NAME.findall(field))
         elif kind != "comment":
             after_dot = False
-    return DocumentNames(frozenset(names), frozenset(attributes), is_dynamic(text))
+    return names, attributes
 
 
 _DECLARED = re.compile(r"\b(?:global|nonlocal)[ \t]+([^\W\d]\w*(?:[ \t]*,[ \t]*[^\W\d]\w*)*)")

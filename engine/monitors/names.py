@@ -383,15 +383,17 @@ def names_code(state, ch: str) -> bool:
 
 
 def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | None = None,
-                  lookback: int = 60) -> NamesMonitor | None:
+                  lookback: int = 60, path: str | None = None) -> NamesMonitor | None:
     """The names monitor for a completion at the end of ``prefix`` (``depth``: the lexer's bracket
     depth there), with the statement the cursor is in replayed as context. None when the document's
     namespace is dynamic, or when no line start within ``lookback`` lines (tried 1, 2, 4... lines
     up) replays to the lexer's bracket depth (a statement this monitor cannot place: enforce
-    nothing). Earlier statements replayed with it only add context (what they bound)."""
+    nothing). Earlier statements replayed with it only add context (what they bound). ``path``: the
+    document's file (its star imports are resolved relative to it)."""
     word = _cursor_word(prefix)
     if names is None:  # one scan: without the half-typed word at the cursor (see _judge_cursor_word)
-        names = _names_without_word(prefix, suffix, word) if word else document_names(prefix + suffix, len(prefix))
+        names = (_names_without_word(prefix, suffix, word, path) if word
+                 else document_names(prefix + suffix, len(prefix), path))
         word_names = names
     else:
         word_names = None
@@ -409,7 +411,7 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
         if monitor is not None and len(monitor.stack) == depth:
             monitor.replay = False
             if monitor.word and not monitor.word_dot:
-                _judge_cursor_word(monitor, prefix, suffix, word_names if monitor.word == word else None)
+                _judge_cursor_word(monitor, prefix, suffix, word_names if monitor.word == word else None, path)
             return monitor
         if start == 0:
             break
@@ -424,22 +426,23 @@ def _cursor_word(prefix: str) -> str:
     return prefix[k:]
 
 
-def _names_without_word(prefix: str, suffix: str, word: str) -> DocumentNames:
+def _names_without_word(prefix: str, suffix: str, word: str, path: str | None = None) -> DocumentNames:
     """:func:`document_names` at the cursor with the word there (``word`` before the cursor and any
     word characters right after it) left out."""
     head = 0
     while head < len(suffix) and ident_char(suffix[head]):
         head += 1
     before = prefix[:len(prefix) - len(word)]
-    return document_names(before + " " + suffix[head:], len(before))
+    return document_names(before + " " + suffix[head:], len(before), path)
 
 
-def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str, names: DocumentNames | None = None) -> None:
+def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str, names: DocumentNames | None = None,
+                       path: str | None = None) -> None:
     """The user stopped in the middle of a name (``suppor█``): the word the completion finishes is
     judged like one it wrote (``suppor`` + ``_time`` must be bound, or bind), and the half-typed
     word itself is known only if the document uses it elsewhere (its own occurrence at the cursor,
     with any word characters right after the cursor, is left out of the table)."""
-    names = names if names is not None else _names_without_word(prefix, suffix, monitor.word)
+    names = names if names is not None else _names_without_word(prefix, suffix, monitor.word, path)
     monitor.known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
     monitor.word_user = False
     monitor.typed = monitor.word

@@ -62,7 +62,7 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
         return sem
     source = prefix + suffix
     if names:
-        sem.names = names_monitor(prefix, suffix, len(state.brackets))
+        sem.names = names_monitor(prefix, suffix, len(state.brackets), path=path)
     if expects_errors(prefix):
         return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline)
     memo: dict = {}
