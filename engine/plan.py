@@ -31,12 +31,20 @@ def wants_multiline(prefix: str, suffix: str, setting: str) -> bool:
     return code.endswith(":")
 
 
+def _opens_an_item(prefix: str) -> bool:
+    """Does the cursor's line end (blanks aside) in an opening bracket or a comma, where the next
+    item may go on a line of its own (a wrapped argument list)? After an argument, a completion
+    that starts a new line only closes brackets there (``\\n    )``), which no one asks for."""
+    line = prefix[prefix.rfind("\n") + 1:].rstrip(" \t")
+    return not line or line.endswith(("(", "[", "{", ","))
+
+
 @dataclass
 class Plan:
     """What one request asks for, decided before decoding: the ``\\n``-normalised ``prefix`` and
     ``suffix``, the document's line ending ``eol``, the fingerprint ``fp`` (constrained runs), the
     shape (``multiline``; ``wrap_ok``: a single-line completion may start on the next line, as
-    an argument list may; ``single_line``: the editor shows one line only), the lexical ``context``
+    an argument list may right after its ``(`` or a ``,``; ``single_line``: the editor shows one line only), the lexical ``context``
     at the cursor (code, comment or string; :func:`engine.lexing.cursor_context`) and the sampling
     settings."""
 
@@ -97,7 +105,8 @@ def plan_request(req: CompletionRequest, s: Settings) -> Plan:
         s.generation.max_tokens_multiline if multiline else s.generation.max_tokens)
     return Plan(
         prefix=prefix, suffix=suffix, eol=dominant_eol(req.prefix + req.suffix), constrained=constrained,
-        multiline=multiline, wrap_ok=not req.single_line and fp is not None and fp.mode == "call-arguments",
+        multiline=multiline, wrap_ok=not req.single_line and fp is not None and fp.mode == "call-arguments"
+        and _opens_an_item(prefix),
         max_tokens=max_tokens, context=context, single_line=req.single_line,
         temperature=s.generation.temperature if req.temperature is None else req.temperature,
         top_p=s.generation.top_p if req.top_p is None else req.top_p, seed=req.seed or s.generation.seed, fp=fp)

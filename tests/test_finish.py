@@ -145,3 +145,18 @@ def test_r12_cli_completions_keep_the_next_word_whole(capsys, tmp_path, kind):
         flags = ("--seed", str(seed)) + (("--temperature", "1.0") if seed else ())
         out = _complete(capsys, path, line, col, *flags)
         assert not glues(out, rest), (seed, out)
+
+
+@pytest.mark.parametrize("prefix, wrap", [
+    ("x = foo(\n", True), ("x = foo(", True), ("x = foo(a,", True), ("d = dict(\n    a=1,\n    ", True),
+    ("self.assertEqual(0, float(7.3)", False),  # after an argument: a new line would only hold ")"
+    ("f(self.dumps(type, default=repr)", False),
+])
+def test_a_single_line_completion_starts_a_new_line_only_where_an_item_may(prefix, wrap):
+    """Bench `line` tasks showed ``\\n       )`` after a finished argument: valid, and useless."""
+    from engine.api import CompletionRequest
+    from engine.plan import plan_request
+    from engine.settings import Settings
+
+    plan = plan_request(CompletionRequest(prefix=prefix, suffix=")\n"), Settings())
+    assert plan.fp.mode == "call-arguments" and plan.wrap_ok is wrap
