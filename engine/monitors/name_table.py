@@ -252,9 +252,12 @@ def document_names(text: str, cursor: int | None = None, path: str | None = None
     see (Python's scoping, Language Reference 4.2.2): the bodies of functions that do not enclose
     the cursor are left out (their locals are not visible there; :func:`hidden_bodies`), except
     the names of their ``global``/``nonlocal`` statements. Still lenient: class bodies, headers and
-    every enclosing function stay whole."""
+    every enclosing function stay whole, and a document with a star import keeps every body (a name
+    its other functions load may come from that module in ways this scan cannot see, as dead code
+    does: ctypes' ``test_strings.py`` uses ``c_wstring`` in skipped tests)."""
     dynamic, star = namespace(text, path)
-    spans = hidden_bodies(text, cursor) if cursor is not None else []
+    # with a star import, a name only loaded in another function is likely the module's: kept
+    spans = hidden_bodies(text, cursor) if cursor is not None and not star else []
     declared: set[str] = set()
     if spans:
         kept, at = [], 0
