@@ -363,3 +363,13 @@ def test_a_star_import_of_a_module_found_as_source_is_static(tmp_path):
     for dynamic in ("from .generated import *\n", "from .nowhere import *\n", "from _sre_not_source import *\n"):
         assert document_names(dynamic, None, doc).dynamic, dynamic
     assert document_names(source, None, None).dynamic  # a relative import without the document's path
+
+
+def test_underscore_is_a_name_to_bind_outside_case_patterns():
+    """Bench block tasks wrote ``_name = _`` and ``__class__ = _`` in documents binding no ``_``:
+    pyflakes F821. A soft keyword only as a case pattern's wildcard."""
+    refusal, _, _ = run("def f():\n    █\n", "name = _\n")
+    assert refusal is not None and "'_'" in refusal.detail
+    for bound in ("import gettext\n_ = gettext.gettext\n", "for _ in range(3):\n    pass\n"):
+        refusal, _, _ = run(bound + "def f():\n    █\n", "name = _('x')\n")
+        assert refusal is None, (bound, refusal)

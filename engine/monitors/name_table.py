@@ -11,6 +11,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from ..lexing.vocabulary import SOFT_KEYWORDS
+
 MODULE_DUNDERS = frozenset({
     "__name__", "__file__", "__doc__", "__package__", "__spec__", "__loader__", "__path__", "__builtins__",
     "__annotations__", "__cached__", "__debug__", "__dict__", "__class__", "__qualname__", "__module__",
@@ -18,7 +20,11 @@ MODULE_DUNDERS = frozenset({
 })
 """Names every module, class body or method has without a binding in the text (Python reference,
 "The standard type hierarchy": modules, ``__class__`` for zero-argument ``super``)."""
-SOFT_KEYWORDS = frozenset({"match", "case", "type", "_"})
+# soft keywords a load may use without a binding in the text: those that start a statement
+# (match, case, type; the monitor leaves match statements alone). ``_`` is a wildcard only inside
+# a case pattern; a load of ``_`` elsewhere needs a binding like any name (pyflakes F821), and a
+# document that binds it (``_ = gettext.gettext``, ``gettext.install()`` and its ``_(...)`` calls) uses it
+STATEMENT_SOFT_KEYWORDS = SOFT_KEYWORDS - {"_"}
 BUILTIN_NAMES = frozenset(dir(builtins))
 # what can bind a name without its text: a star import, exec, writes through globals()/locals()/
 # vars() (reading them binds nothing), and the builtins namespace changed at run time. ``__import__``

@@ -35,7 +35,7 @@ import keyword
 from ..lexing import automaton as pylex
 from ..lexing.vocabulary import STRING_PREFIXES
 from .base import Refusal, code_char, ident_char
-from .name_table import BUILTIN_NAMES, MODULE_DUNDERS, SOFT_KEYWORDS, DocumentNames, document_names
+from .name_table import BUILTIN_NAMES, MODULE_DUNDERS, STATEMENT_SOFT_KEYWORDS, DocumentNames, document_names
 
 RULE = "unbound-name"
 KEYWORDS = frozenset(keyword.kwlist)
@@ -399,7 +399,7 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
         word_names = None
     if names.dynamic:
         return None
-    known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
+    known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | STATEMENT_SOFT_KEYWORDS
     starts = [0] + [i + 1 for i, ch in enumerate(prefix[-20_000:], max(0, len(prefix) - 20_000)) if ch == "\n"]
     back = 1
     while back <= min(lookback, len(starts)) * 2:
@@ -443,7 +443,7 @@ def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str, names: D
     word itself is known only if the document uses it elsewhere (its own occurrence at the cursor,
     with any word characters right after the cursor, is left out of the table)."""
     names = names if names is not None else _names_without_word(prefix, suffix, monitor.word, path)
-    monitor.known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | SOFT_KEYWORDS
+    monitor.known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | STATEMENT_SOFT_KEYWORDS
     monitor.word_user = False
     monitor.typed = monitor.word
 
