@@ -91,9 +91,10 @@ def is_dynamic(text: str, path: str | None = None) -> bool:
     return namespace(text, path)[0]
 
 
-def namespace(text: str, path: str | None = None) -> tuple[bool, frozenset]:
+def namespace(text: str, path: str | None = None, depth: int = 0) -> tuple[bool, frozenset]:
     """``(dynamic, star_names)``: :func:`is_dynamic`, and the names the document's star imports
-    bring when every one of them resolves to Python source (empty otherwise)."""
+    bring when every one of them resolves to Python source (empty otherwise). ``depth``: how many
+    star imports led here (see :data:`_STAR_DEPTH`)."""
     if not any(_dynamic_matches(text)):
         return False, frozenset()
     code = _TOKEN.sub(lambda m: _blank(m.group()) if m.lastgroup in ("str", "comment") else m.group(), text)
@@ -101,7 +102,7 @@ def namespace(text: str, path: str | None = None) -> tuple[bool, frozenset]:
     for m in _dynamic_matches(code):
         if _binds_nothing(code, m):
             continue
-        names = _star_names(code, m, path) if m.group().startswith("import") else None
+        names = _star_names(code, m, path, depth) if m.group().startswith("import") else None
         if names is None:
             return True, frozenset()
         star |= names
@@ -112,18 +113,15 @@ _STAR_FROM = re.compile(r"\bfrom[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*\Z")
 _STAR_DEPTH = 3  # star imports followed through modules that star-import in turn
 
 
-def _star_names(code: str, m: re.Match, path: str | None, depth: int = 0) -> frozenset | None:
+def _star_names(code: str, m: re.Match, path: str | None, depth: int) -> frozenset | None:
     """The names ``from MODULE import *`` at match ``m`` (on ``import *``) may bind: every name the
     module's source uses or binds (lenient: a superset of its public names), or None when the
     module is not found as a ``.py`` file or its own namespace is dynamic."""
     head = _STAR_FROM.search(code, code.rfind("\n", 0, m.start()) + 1, m.start() + len("import"))
     if head is None:
         return None
-    dots, module = head.group(1), head.group(2)
-    found = module_source(module, len(dots), path)
-    if found is None:
-        return None
-    return star_import_names(str(found), depth)
+    found = module_source(head.group(2), len(head.group(1)), path)
+    return None if found is None else star_import_names(str(found), depth)
 
 
 def star_import_names(file: str, depth: int = 0) -> frozenset | None:
@@ -148,18 +146,8 @@ def _module_star_names(file: str, mtime: int, depth: int) -> frozenset | None:
         text = read_source(file)
     except (OSError, UnicodeError, ValueError):
         return None
-    if not any(_dynamic_matches(text)):
-        return document_names_plain(text)
-    code = _TOKEN.sub(lambda m: _blank(m.group()) if m.lastgroup in ("str", "comment") else m.group(), text)
-    names = set(document_names_plain(text))
-    for m in _dynamic_matches(code):
-        if _binds_nothing(code, m):
-            continue
-        more = _star_names(code, m, file, depth + 1) if m.group().startswith("import") else None
-        if more is None:
-            return None
-        names |= more
-    return frozenset(names)
+    dynamic, star = namespace(text, file, depth + 1)
+    return None if dynamic else document_names_plain(text) | star
 
 
 def module_source(module: str, level: int, path: str | None):
