@@ -6,6 +6,7 @@ layer converts from/to the negotiated position encoding (``lsp_server/convert.py
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,6 +141,16 @@ class CompletionRequest:
     single_line: bool = False  # the editor shows one line only (an LSP CompletionItem): one line, never wrapped
     trigger_character: str | None = None  # what the user typed to trigger the request (LSP triggerCharacter)
     project: ProjectContext | None = None  # other documents' texts (the cache model's outer scopes); None: none
+
+    def __post_init__(self):
+        """Raises ``ValueError`` for a budget below 1 token, a temperature that is not a finite number
+        >= 0, or a ``top_p`` outside (0, 1] (a NaN reached sampling as a torch error before)."""
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or self.max_tokens < 1):
+            raise ValueError(f"max_tokens must be at least 1 (None: the settings' budget), got {self.max_tokens!r}")
+        if self.temperature is not None and not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if self.top_p is not None and not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
 
 @dataclass

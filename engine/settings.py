@@ -9,6 +9,7 @@ Strings from the wire keep Unicode scalar values only (a lone surrogate becomes 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,9 +153,9 @@ def _parse(current, value):
     if isinstance(current, bool):
         return (value, None) if isinstance(value, bool) else (None, "true/false")
     if isinstance(current, (int, float)):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
             return type(current)(value), None
-        return None, "a non-negative number"
+        return None, "a finite non-negative number"
     if isinstance(current, list):
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return [scalar_text(v) for v in value], None

@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -91,6 +94,10 @@ def _complete_at(args):
         text = decode_source(data)  # PEP 263 / 3120, as CPython reads the file
     except (OSError, ValueError) as exc:
         print(f"fsm-complete {args.command}: cannot read {file}: {exc}", file=sys.stderr)
+        return 2, None, 0, None, None
+    lines = len(re.split(r"\r\n|\r|\n", text))  # the line after a final line break counts (the cursor may be there)
+    if line > lines:
+        print(f"fsm-complete {args.command}: line {line} is past the end of {file} ({lines} lines)", file=sys.stderr)
         return 2, None, 0, None, None
     offset = offset_of(text, line, col)
     settings = _settings(args)
@@ -278,6 +285,26 @@ def add_bench_parser(sub):
     return sp
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fsm-complete", description="FSM-constrained Python code completion")
     p.add_argument("--log-level", help="debug, info, warning, error (stderr; serve: also window/logMessage)")
@@ -298,8 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--vllm-url", dest="vllm_url", metavar="URL",
                         help="decode on the vLLM server at URL running fsm-complete's logits processor "
                              "(model.backend \"vllm\"; --model names the served checkpoint; docs/scale.md)")
-        sp.add_argument("--required-arguments", dest="required_arguments", metavar="PROFILE",
-                        help="required-argument policy profile: default, strict-http, off")
+        sp.add_argument("--required-arguments", dest="required_arguments", choices=["default", "strict-http", "off"],
+                        help="required-argument policy profile")
 
     sp = sub.add_parser("serve", help="run the language server (stdio by default)")
     sp.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
@@ -311,8 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("location", metavar="FILE:LINE:COL")
     sp.add_argument("--json", action="store_true", help="print the item with its range, timings (ms) and trace")
     sp.add_argument("--no-constraints", action="store_true", help="unconstrained baseline from the same model")
-    sp.add_argument("--max-tokens", type=int)
-    sp.add_argument("--temperature", type=float)
+    sp.add_argument("--max-tokens", type=_positive_int, help="token budget (at least 1; default: the settings')")
+    sp.add_argument("--temperature", type=_temperature, help="0 (default) greedy; above 0 samples")
     sp.add_argument("--seed", type=int, default=0)
     ml = sp.add_mutually_exclusive_group()
     ml.add_argument("--multiline", dest="multiline", action="store_true", default=None)
@@ -370,7 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(logging, str(args.log_level or "warning").upper(), logging.WARNING), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader went away (``| head``): no traceback, as other CLI tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -44,6 +44,11 @@ def test_unconstrained_baseline_runs():
         (["complete", "examples/demo.py:0:1"], "1-based"),
         (["complete", "examples/demo.py:abc"], "expected FILE:LINE:COL"),
         (["complete", "examples/demo.py:1:1", "--model", "/nonexistent/model"], "does not exist"),
+        (["complete", "examples/demo.py:999:1"], "line 999 is past the end of examples/demo.py"),
+        (["complete", "examples/demo.py:1:1", "--max-tokens", "0"], "must be at least 1"),
+        (["complete", "examples/demo.py:1:1", "--temperature", "nan"], "finite number >= 0"),
+        (["complete", "examples/demo.py:1:1", "--temperature", "-1"], "finite number >= 0"),
+        (["complete", "examples/demo.py:1:1", "--required-arguments", "bogus"], "invalid choice"),
     ],
 )
 def test_bad_input_fails_cleanly(args, message):
@@ -71,3 +76,19 @@ def test_cuda_requested_but_absent_exits_with_the_fix():
         pytest.skip("checks the message when CUDA is absent")
     proc = run("complete", "examples/demo.py:20:16", "--device", "cuda")
     assert proc.returncode == 1 and "CUDA is not available" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """``fsm-complete complete --json ... | head -1``: no BrokenPipeError traceback."""
+    proc = subprocess.run(f"{sys.executable} -m lsp_server.cli complete --json examples/demo.py:20:16 | head -1",
+                          shell=True, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip() == "{" and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("field, value", [("max_tokens", 0), ("temperature", float("nan")),
+                                          ("temperature", float("inf")), ("temperature", -0.5), ("top_p", 0.0)])
+def test_an_engine_request_refuses_values_sampling_cannot_use(field, value):
+    from engine.api import CompletionRequest
+
+    with pytest.raises(ValueError, match=field):
+        CompletionRequest(prefix="x = ", **{field: value})
