@@ -237,7 +237,9 @@ class _RegionJudge:
     CPython compiles the region with it: where the two disagree, e.g. ``f"{t:=^20}"`` with ``=`` as
     the fill character of a format spec, CPython decides), or when
     CPython's first error lies inside the inserted text (or right after it) while the region either
-    compiled without it or failed only at or after the cursor (the user's unfinished text there).
+    compiled without it or failed only at or after the cursor (the user's unfinished text there), or
+    when the region failed before the cursor and the candidate moved CPython's first error into the
+    inserted text.
     A new block opener at the end of the buffer is judged with a stand-in body.
     """
 
@@ -272,6 +274,11 @@ class _RegionJudge:
         if self.base_error is None:
             return Issue("compile", where, "the region no longer compiles"), span
         if self.base_error >= self.cursor and span[0] <= self.cursor + len(text):
+            return Issue("compile", where, "CPython's first error is inside the completion"), span
+        if self.cursor <= span[0] < self.cursor + len(text) and '"""' not in text and "'''" not in text:
+            # the region failed before the cursor (``with open(path``, its "(" never closed) and the
+            # completion moved the first error into itself (it closed that "(" and left ``f.read(`` open);
+            # not for a text with a triple quote: the region's end was found without the string it opens
             return Issue("compile", where, "CPython's first error is inside the completion"), span
         return None, span  # the error lies past the insertion, or is an unrelated one before the cursor
 

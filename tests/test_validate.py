@@ -281,3 +281,12 @@ def test_real_lines_are_never_refused_in_narrowed_regions():
                 assert narrow == whole, (path.name, i, broken)
             checked += 1
     assert checked >= 60
+
+
+def test_a_completion_that_moves_the_first_error_into_itself_is_refused():
+    """The region failed before the cursor (``with open(path``: its ``(`` never closed); a completion
+    that closes it and leaves ``f.read(`` open is not "ok" (a newcomer's report: validation said ok)."""
+    prefix, suffix = "def read_config(path):\n    with open(path", "\n"
+    assert validate(prefix, ", 'rb') as f:\n        return f.read(", suffix)
+    assert validate(prefix, ", 'rb') as f:\n        return f.read()", suffix) == []
+    assert validate("x = [1,\ndef f(a, ", "b", "\n") == []  # an unrelated error before the cursor stays allowed
