@@ -282,6 +282,7 @@ class Engine(DecodeLoop):
                 return reuse
             try:
                 result = self._complete(req)
+                result = self._retry_empty(req, result)
                 if not result.cancelled:
                     self._recent = [*self._recent[-(self.RECENT - 1):],
                                     (self._request_key(req), req.prefix, req.suffix, result)]
@@ -296,7 +297,26 @@ class Engine(DecodeLoop):
                                      "device \"cpu\"") from exc
                 raise
 
-    def _complete(self, req: CompletionRequest) -> Completion:
+    def _retry_empty(self, req: CompletionRequest, result: Completion) -> Completion:
+        """Decode again, up to ``generation.retries`` times, when a constrained completion came out
+        empty although its first token was the fuse's choice (the model wanted a token the
+        constraints forbid, took the best allowed one and ran into a loop or a rejected text): each
+        attempt bans the first tokens of the attempts before it at step 0. The timings of all
+        attempts are summed (``timings_ms``); ``retries`` counts the extra attempts."""
+        banned: list[int] = []
+        while (not result.text and not result.cancelled and not self.remote and result.trace
+               and result.trace[0].fuse is not None and result.trace[0].id is not None
+               and len(banned) < self.settings.generation.retries):
+            banned.append(result.trace[0].id)
+            again = self._complete(req, first_banned=banned)
+            again.timings_ms = {k: round(again.timings_ms.get(k, 0.0) + result.timings_ms.get(k, 0.0), 3)
+                                for k in again.timings_ms.keys() | result.timings_ms.keys()}
+            again.retries = len(banned)
+            result = again
+        return result
+
+    def _complete(self, req: CompletionRequest, first_banned: list[int] | None = None) -> Completion:
+        """One attempt; ``first_banned``: token ids refused at the first step (:meth:`_retry_empty`)."""
         if self.remote:
             from .remote import complete_remote
 
@@ -325,7 +345,7 @@ class Engine(DecodeLoop):
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
-        dec = self._decode(req, plan, start, logits, result, history, prompt.ids)
+        dec = self._decode(req, plan, start, logits, result, history, prompt.ids, first_banned)
         t5 = clock()
         cursor = self._cursor(plan, start)
         t6 = clock()
