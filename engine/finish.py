@@ -34,7 +34,7 @@ from .api import Completion
 from .lexing import automaton as pylex
 from .monitors.base import PROSE_MODES, ident_char
 from .monitors.block_header import BlockHeader
-from .validate import finish_line, judge, longest_valid
+from .validate import clears_error_after_cursor, finish_line, judge, longest_valid
 
 CLOSERS = frozenset(")]}'\":;, ")
 
@@ -262,6 +262,7 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
     if start is None or not text:
         return text
     header = isinstance(start[1].member, BlockHeader)
+    clears = clears_error_after_cursor(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
 
     def kept(t: str) -> bool:
         sem = start[1].copy()
@@ -270,6 +271,8 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
             return False
         if not header:
             return True
+        if "\n" in t and not (_last_line_fits(t, state, sem.member.next_indent) and clears(t)):
+            return False
         if not sem.member.accepting():
             return False
         # a continuing line: an open bracket, a triple-quoted string or a backslash (the lexer's word)
@@ -281,8 +284,9 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
 
     if kept(text):
         return text
-    # a shorter text must also compile in the document (a header line: the document was not valid there)
-    valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate and not header else (lambda t: True)
+    # a shorter text must also pass validation (a header line too: its judge allows the user's broken
+    # lines after the cursor, not a bracket of the completion that the deeper lines close with another)
+    valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
     for k in range(ends_at(pieces, text), -1, -1):
         shorter = "".join(pieces[:k])
         if len(shorter) < len(text) and (not shorter or (kept(shorter) and valid(shorter))):
@@ -290,6 +294,20 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
             result.semantics.pop("line_fix", None)
             return shorter
     return ""
+
+
+def _last_line_fits(text: str, state, next_indent: int) -> bool:
+    """A multi-line completion before a line indented ``next_indent`` columns (the block-header
+    rule's case): its last line is the one before that deeper line, so it is indented as deep, or it
+    opens a block (ends in ``:``) or continues (an open bracket, a triple-quoted string, a backslash;
+    ``state``: the lexer after the text)."""
+    lines = [line for line in text.split("\n")[1:] if line.strip()]
+    if not lines:
+        return True
+    last = lines[-1]
+    if pylex.indent_width(last[: len(last) - len(last.lstrip(" \t"))]) >= next_indent:
+        return True
+    return bool(state.brackets or state.opener or state.tri or text.endswith("\\"))
 
 
 def _finish_line(cur: Cursor, generated: list[str], text: str, result: Completion) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import re
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -79,6 +80,29 @@ def error_range(source: str) -> tuple[int, int] | None:
         return start, end
     except (ValueError, MemoryError, RecursionError):
         return 0, 0
+
+
+_MISMATCH = re.compile(r"does not match opening parenthesis '.'(?: on line (\d+))?")
+
+
+def _opener_overlaps(source: str, start: int, end: int) -> bool:
+    """Is CPython's first error in ``source`` a closing bracket that does not match its opener, with
+    the opener's line overlapping ``[start, end)`` (code-point offsets)?"""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<completion>", "exec", ast.PyCF_ONLY_AST)
+        return False
+    except SyntaxError as exc:
+        m = _MISMATCH.search(str(exc.msg or ""))
+        if m is None or not exc.lineno:
+            return False
+        line = int(m.group(1)) if m.group(1) else exc.lineno
+        line_start = _offset(source, line, 1)
+        line_end = source.find("\n", line_start)
+        return line_start < end and (line_end < 0 or line_end >= start)
+    except (ValueError, MemoryError, RecursionError):
+        return False
 
 
 def _offset(source: str, lineno: int, col: int | None) -> int:
@@ -280,6 +304,10 @@ class _RegionJudge:
             # completion moved the first error into itself (it closed that "(" and left ``f.read(`` open);
             # not for a text with a triple quote: the region's end was found without the string it opens
             return Issue("compile", where, "CPython's first error is inside the completion"), span
+        end = self.cursor + len(text)
+        if span[0] >= end and span[0] != self.base_error + len(text) and _opener_overlaps(rp + text + rs, self.cursor, end):
+            # R3's kind: the line goes on into the deeper lines with a "(" that their "}" does not close
+            return Issue("compile", where, "a bracket the completion opened is closed by another kind"), span
         return None, span  # the error lies past the insertion, or is an unrelated one before the cursor
 
 
@@ -314,6 +342,22 @@ class _Judge:
         return issue, None if span is None else (span[0] - rule.cursor, span[1] - rule.cursor)
 
 
+    def clears_base(self, text: str) -> bool:
+        """Does ``text`` remove the region's first error when that lies after the cursor (the lines
+        after a cursor line that must open a block or continue: their error is the line's fault)?
+        True when the region compiled, or its first error was before the cursor."""
+        rule = self._narrow if _local(text) else self._wide or _RegionJudge(*self._args, narrow=False)
+        if not _local(text):
+            self._wide = rule
+        if rule.base_error is None or rule.base_error < rule.cursor:
+            return True
+        _, span = rule.check(text)
+        base = rule.rp + rule.rs
+        line_end = base.find("\n", rule.base_error)
+        line_end = len(base) if line_end < 0 else line_end
+        return span is None or span[0] > line_end + len(text)  # past the line that failed, not moved along it
+
+
 _last_judge: tuple[tuple, _Judge] | None = None
 
 
@@ -328,6 +372,12 @@ def _judge_for(prefix: str, suffix: str, top_level) -> _Judge:
     judge = _Judge(prefix, suffix, top_level)
     _last_judge = (key, judge)
     return judge
+
+
+def clears_error_after_cursor(prefix: str, suffix: str, top_level=None):
+    """``ok(text) -> bool``: :meth:`_Judge.clears_base` for texts inserted at the cursor."""
+    rule = _judge_for(prefix, suffix, top_level)
+    return rule.clears_base
 
 
 def validate(prefix: str, completion: str, suffix: str, top_level=None) -> list[Issue]:
