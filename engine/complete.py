@@ -302,7 +302,8 @@ class Engine(DecodeLoop):
         empty although its first token was the fuse's choice (the model wanted a token the
         constraints forbid, took the best allowed one and ran into a loop or a rejected text): each
         attempt bans the first tokens of the attempts before it at step 0. The timings of all
-        attempts are summed (``timings_ms``); ``retries`` counts the extra attempts."""
+        attempts are summed (``timings_ms``); ``retries`` counts the extra attempts. In process only:
+        a remote backend (vLLM) decodes one attempt per request."""
         banned: list[int] = []
         while (not result.text and not result.cancelled and not self.remote and result.trace
                and result.trace[0].fuse is not None and result.trace[0].id is not None

@@ -383,6 +383,14 @@ def _suffix_ends_well(sem, state) -> bool:
     return sem.copy().advance_state(state, b")")[1] is None
 
 
+def _closes_cleanly(sem, state) -> bool:
+    """Would closing the open calls as they stand be accepted? A positional value being written may
+    fill a slot with what its policy refuses (``yaml.load(f, f.read(`` puts ``f.read(...)`` in
+    ``Loader``'s position, ruff S506): then nothing is "missing", yet the call cannot be closed."""
+    plain = sem.safe_continuation(sem.suffix_closes, state)
+    return not plain or sem.copy().advance_state(state, plain.encode("utf-8"))[1] is None
+
+
 def closing(start, heal: str, pieces: list[str], result: Completion, accept) -> tuple[int, str]:
     """The safe continuation for the completion ``heal + "".join(pieces)`` from ``start`` (``(lexer
     state, monitors)`` at the cursor): close the open calls with their missing policy keywords
@@ -399,7 +407,8 @@ def closing(start, heal: str, pieces: list[str], result: Completion, accept) -> 
             continue
         if k == len(pieces):
             result.semantics["final"] = [c.describe() for c in sem.calls]
-            if not any(c.missing() for c in sem.open_calls()) and _suffix_ends_well(sem, state):
+            if not any(c.missing() for c in sem.open_calls()) and _suffix_ends_well(sem, state) \
+                    and _closes_cleanly(sem, state):
                 return len(pieces), ""
         quote = ""
         if state.mode == pylex.STR and not state.esc and not state.pend and not state.fs:

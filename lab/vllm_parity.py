@@ -28,6 +28,7 @@ def _engine():
 
     engine = Engine()
     engine.settings.context.cache_model = False  # vLLM mixes no project-context cache into its logits
+    engine.settings.generation.retries = 0  # nor decodes an empty completion again (one attempt per request)
     engine.settings.model.dtype = "float32"
     engine.load()
     return engine

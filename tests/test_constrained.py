@@ -28,9 +28,11 @@ N_TASKS = 21
 
 @pytest.fixture(scope="module")
 def local(engine):
-    """The session engine without the project-context cache (an outside engine mixes none)."""
+    """The session engine without the project-context cache (an outside engine mixes none) and
+    without retries of empty completions (an outside engine decodes one attempt)."""
     old = engine.settings
-    engine.update_settings(dataclasses.replace(old, context=dataclasses.replace(old.context, cache_model=False)))
+    engine.update_settings(dataclasses.replace(old, context=dataclasses.replace(old.context, cache_model=False),
+                                               generation=dataclasses.replace(old.generation, retries=0)))
     yield engine
     engine.wire_spec = False
     engine.update_settings(old)

@@ -235,27 +235,27 @@ def test_r7_lone_surrogate_in_the_document_is_replaced_not_fatal(r7_server):
     inline = r7_ask(r7_server, "textDocument/inlineCompletion", uri, 3, 5)
     assert inline["items"] and inline["items"][0]["insertText"].startswith("th")  # not the tokenizer's TypeError
     items = r7_ask(r7_server, "textDocument/completion", uri, 3, 5)["items"]
-    assert "path" in [item["label"] for item in items]  # jedi read the document
+    assert any(item["label"].startswith("path") for item in items), items  # the document was read
     seen = r7_server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}})["result"]
     assert seen["offset"] == len(R7_TEXT) - 1  # the same code-point offset as with the surrogate
 
 
 def test_r7_surrogates_typed_in_a_change_keep_positions(r7_server):
     uri = "file:///tmp/r7/change.py"
-    r7_open(r7_server, uri, "import os\n\nos.pa\n")
+    r7_open(r7_server, uri, "import os\n\np = os.pa\n")
     # sibling: a low surrogate and a high one (a broken pair) typed before the cursor, in one change
     r7_server.notify("textDocument/didChange", {
         "textDocument": {"uri": uri, "version": 2},
         "contentChanges": [{"range": {"start": {"line": 2, "character": 0}, "end": {"line": 2, "character": 0}},
                             "text": 's = "\udc00\ud800"; '}]})
-    column = len('s = "xx"; os.pa')  # UTF-16 units: one per lone surrogate
+    column = len('s = "xx"; p = os.pa')  # UTF-16 units: one per lone surrogate
     items = r7_ask(r7_server, "textDocument/completion", uri, 2, column)["items"]
     assert items, "the request failed"
     edit = items[0]["textEdit"]
     assert edit["range"]["end"] == {"line": 2, "character": column}
     assert edit["range"]["start"]["line"] == 2 and edit["range"]["start"]["character"] <= column
     seen = r7_server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}})["result"]
-    assert seen["offset"] == len('import os\n\ns = "xx"; os.pa')  # code points: one per surrogate, as before
+    assert seen["offset"] == len('import os\n\ns = "xx"; p = os.pa')  # code points: one per surrogate, as before
 
 
 def test_r7_surrogates_in_uri_setting_and_logs(r7_server):

@@ -189,7 +189,8 @@ def test_the_vllm_backend_completes_as_in_process(served, engine):
     from lab.vllm_parity import SEED_EXAMPLE, distinct_tasks
 
     old = engine.settings
-    engine.update_settings(dataclasses.replace(old, context=dataclasses.replace(old.context, cache_model=False)))
+    engine.update_settings(dataclasses.replace(old, context=dataclasses.replace(old.context, cache_model=False),
+                                               generation=dataclasses.replace(old.generation, retries=0)))
     remote = Engine(dataclasses.replace(old, model=dataclasses.replace(old.model, backend="vllm", url=served)))
     remote.load()
     assert remote.remote and remote.kv is None
