@@ -65,44 +65,50 @@ def error_range(source: str) -> tuple[int, int] | None:
     ``invalid_*`` grammar rules: "invalid syntax. Perhaps you forgot a comma?", "expected 'else'
     after 'if' expression", "invalid syntax. Maybe you meant '==' ...") it is the start of the whole
     expression, and text up to the end of the range may be valid. The end is the later bound."""
+    return _span(source, _syntax_error(source))
+
+
+def _syntax_error(source: str) -> SyntaxError | None:
+    """The first error CPython reports when compiling ``source`` to an AST (no code runs; warnings
+    are silenced), or None when it compiles. A source the compiler refuses otherwise (a NUL byte,
+    too deep) gives a ``SyntaxError`` without a position."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compile(source, "<completion>", "exec", ast.PyCF_ONLY_AST)
         return None
     except SyntaxError as exc:
-        if not exc.lineno:
-            return 0, 0
-        start = _offset(source, exc.lineno, exc.offset)
-        end = start
-        if exc.end_lineno and exc.end_offset and exc.end_offset > 0:
-            end = max(start, _offset(source, exc.end_lineno, exc.end_offset))
-        return start, end
+        return exc
     except (ValueError, MemoryError, RecursionError):
+        return SyntaxError("not compilable")
+
+
+def _span(source: str, exc: SyntaxError | None) -> tuple[int, int] | None:
+    """:func:`error_range` of ``source`` from its :func:`_syntax_error` ``exc``."""
+    if exc is None:
+        return None
+    if not exc.lineno:
         return 0, 0
+    start = _offset(source, exc.lineno, exc.offset)
+    end = start
+    if exc.end_lineno and exc.end_offset and exc.end_offset > 0:
+        end = max(start, _offset(source, exc.end_lineno, exc.end_offset))
+    return start, end
 
 
 _MISMATCH = re.compile(r"does not match opening parenthesis '.'(?: on line (\d+))?")
 
 
-def _opener_overlaps(source: str, start: int, end: int) -> bool:
-    """Is CPython's first error in ``source`` a closing bracket that does not match its opener, with
-    the opener's line overlapping ``[start, end)`` (code-point offsets)?"""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(source, "<completion>", "exec", ast.PyCF_ONLY_AST)
+def _opener_overlaps(source: str, exc: SyntaxError | None, start: int, end: int) -> bool:
+    """Is ``exc`` (:func:`_syntax_error` of ``source``) a closing bracket that does not match its
+    opener, with the opener's line overlapping ``[start, end)`` (code-point offsets)?"""
+    m = _MISMATCH.search(str(exc.msg or "")) if exc is not None else None
+    if m is None or not exc.lineno:
         return False
-    except SyntaxError as exc:
-        m = _MISMATCH.search(str(exc.msg or ""))
-        if m is None or not exc.lineno:
-            return False
-        line = int(m.group(1)) if m.group(1) else exc.lineno
-        line_start = _offset(source, line, 1)
-        line_end = source.find("\n", line_start)
-        return line_start < end and (line_end < 0 or line_end >= start)
-    except (ValueError, MemoryError, RecursionError):
-        return False
+    line = int(m.group(1)) if m.group(1) else exc.lineno
+    line_start = _offset(source, line, 1)
+    line_end = source.find("\n", line_start)
+    return line_start < end and (line_end < 0 or line_end >= start)
 
 
 def _offset(source: str, lineno: int, col: int | None) -> int:
@@ -288,8 +294,10 @@ class _RegionJudge:
         if text.rstrip(" \t").endswith(":") and not rs.strip():
             line = (rp + text).rsplit("\n", 1)[-1]
             text = text.rstrip(" \t") + "\n" + line[: len(line) - len(line.lstrip(" \t"))] + "    pass"
-        span = error_range(rp + text + rs)
-        e1, m1 = count_syntax_errors(rp + text + rs)
+        source = rp + text + rs
+        exc = _syntax_error(source)
+        span = _span(source, exc)
+        e1, m1 = count_syntax_errors(source)
         where = rp.count("\n")
         if (e1 > self.e0 or m1 > self.m0) and span is not None:  # when the region compiles, CPython decides
             return Issue("tree-sitter", where, f"ERROR nodes {self.e0}->{e1}, MISSING nodes {self.m0}->{m1}"), span
@@ -305,7 +313,7 @@ class _RegionJudge:
             # not for a text with a triple quote: the region's end was found without the string it opens
             return Issue("compile", where, "CPython's first error is inside the completion"), span
         end = self.cursor + len(text)
-        if span[0] >= end and span[0] != self.base_error + len(text) and _opener_overlaps(rp + text + rs, self.cursor, end):
+        if span[0] >= end and span[0] != self.base_error + len(text) and _opener_overlaps(source, exc, self.cursor, end):
             # R3's kind: the line goes on into the deeper lines with a "(" that their "}" does not close
             return Issue("compile", where, "a bracket the completion opened is closed by another kind"), span
         return None, span  # the error lies past the insertion, or is an unrelated one before the cursor
@@ -333,22 +341,24 @@ class _Judge:
     def check(self, text: str) -> tuple[Issue | None, tuple[int, int] | None]:
         """``(issue or None, CPython's first error range or None)``, the range's code-point offsets
         relative to the cursor."""
-        rule = self._narrow
-        if not _local(text):
-            if self._wide is None:
-                self._wide = _RegionJudge(*self._args, narrow=False)
-            rule = self._wide
+        rule = self._rule(text)
         issue, span = rule.check(text)
         return issue, None if span is None else (span[0] - rule.cursor, span[1] - rule.cursor)
 
+
+    def _rule(self, text: str) -> _RegionJudge:
+        """The narrowed region's judge for a one-line text (:func:`_local`), else the top-level one."""
+        if _local(text):
+            return self._narrow
+        if self._wide is None:
+            self._wide = _RegionJudge(*self._args, narrow=False)
+        return self._wide
 
     def clears_base(self, text: str) -> bool:
         """Does ``text`` remove the region's first error when that lies after the cursor (the lines
         after a cursor line that must open a block or continue: their error is the line's fault)?
         True when the region compiled, or its first error was before the cursor."""
-        rule = self._narrow if _local(text) else self._wide or _RegionJudge(*self._args, narrow=False)
-        if not _local(text):
-            self._wide = rule
+        rule = self._rule(text)
         if rule.base_error is None or rule.base_error < rule.cursor:
             return True
         _, span = rule.check(text)
