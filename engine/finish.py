@@ -262,7 +262,8 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
     if start is None or not text:
         return text
     header = isinstance(start[1].member, BlockHeader)
-    clears = clears_error_after_cursor(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
+    clears = clears_error_after_cursor(cur.prefix, cur.suffix, cur.top_level) if cur.validate and header \
+        else (lambda t: True)  # only the block-header rule asks
 
     def kept(t: str) -> bool:
         sem = start[1].copy()
