@@ -144,13 +144,30 @@ class CompletionRequest:
 
     def __post_init__(self):
         """Raises ``ValueError`` for a budget below 1 token, a temperature that is not a finite number
-        >= 0, or a ``top_p`` outside (0, 1] (a NaN reached sampling as a torch error before)."""
-        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or self.max_tokens < 1):
-            raise ValueError(f"max_tokens must be at least 1 (None: the settings' budget), got {self.max_tokens!r}")
-        if self.temperature is not None and not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        >= 0, or a ``top_p`` outside (0, 1] (a NaN reached sampling as a torch error before); None
+        means the settings' value."""
+        if self.max_tokens is not None:
+            check_max_tokens(self.max_tokens)
+        if self.temperature is not None:
+            check_temperature(self.temperature)
         if self.top_p is not None and not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+
+def check_max_tokens(value: int) -> int:
+    """``value`` as a token budget; raises ``ValueError`` unless it is a whole number >= 1 (the one
+    rule for the engine's requests and the CLI's ``--max-tokens``)."""
+    if isinstance(value, bool) or value < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {value!r}")
+    return value
+
+
+def check_temperature(value: float) -> float:
+    """``value`` as a sampling temperature; raises ``ValueError`` unless it is a finite number >= 0
+    (0: greedy; the one rule for the engine's requests and the CLI's ``--temperature``)."""
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0, got {value!r}")
+    return value
 
 
 @dataclass

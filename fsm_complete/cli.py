@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -285,27 +284,20 @@ def add_bench_parser(sub):
     return sp
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+def _checked(convert, check):
+    """An argparse type: ``convert`` the text, then ``check`` it (:mod:`engine.api`'s request rules),
+    each ``ValueError`` an argparse error."""
+    def parse(text: str):
+        try:
+            return check(convert(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from engine.api import check_max_tokens, check_temperature
+
     p = argparse.ArgumentParser(prog="fsm-complete", description="FSM-constrained Python code completion")
     p.add_argument("--log-level", help="debug, info, warning, error (stderr; serve: also window/logMessage)")
     sub = p.add_subparsers(dest="command", required=True)
@@ -338,8 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("location", metavar="FILE:LINE:COL")
     sp.add_argument("--json", action="store_true", help="print the item with its range, timings (ms) and trace")
     sp.add_argument("--no-constraints", action="store_true", help="unconstrained baseline from the same model")
-    sp.add_argument("--max-tokens", type=_positive_int, help="token budget (at least 1; default: the settings')")
-    sp.add_argument("--temperature", type=_temperature, help="0 (default) greedy; above 0 samples")
+    sp.add_argument("--max-tokens", type=_checked(int, check_max_tokens),
+                    help="token budget (at least 1; default: the settings')")
+    sp.add_argument("--temperature", type=_checked(float, check_temperature), help="0 (default) greedy; above 0 samples")
     sp.add_argument("--seed", type=int, default=0)
     ml = sp.add_mutually_exclusive_group()
     ml.add_argument("--multiline", dest="multiline", action="store_true", default=None)
