@@ -120,7 +120,8 @@ class Engine(DecodeLoop):
 
                 lm = load_remote(s)
             elif s.model.backend == "local":
-                lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder)
+                lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder,
+                                s.model.prefill_dtype)
             else:
                 raise ModelError(f"unknown model.backend {s.model.backend!r}; use \"local\" or \"vllm\"")
             report("building the FIM prompt template", 50)

@@ -34,6 +34,7 @@ from .api import Completion
 from .lexing import automaton as pylex
 from .monitors.base import PROSE_MODES, ident_char
 from .monitors.block_header import BlockHeader
+from .monitors.names_judge import blamed
 from .validate import clears_error_after_cursor, finish_line, judge, longest_valid
 
 CLOSERS = frozenset(")]}'\":;, ")
@@ -246,7 +247,7 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     if cur.lex is not None and cur.validate and not cur.multiline and not result.cancelled \
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
-    return _monitors_kept(cur, pieces, text, result)
+    return _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
 
 
 def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:
@@ -295,6 +296,33 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
             result.semantics.pop("line_fix", None)
             return shorter
     return ""
+
+
+def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:
+    """pyflakes' word on the names of the final text (:func:`engine.monitors.names_judge.blamed`),
+    where the names monitor ran: a text blamed for an undefined name is cut back to the longest
+    piece prefix that ends before the first blamed name, is valid and is blamed for none, or to
+    nothing. Records ``semantics["undefined"]`` (the blamed names and what was kept)."""
+    start = cur.start
+    if start is None or start[1].names is None or not text or result.cancelled:
+        return text
+    blame = blamed(cur.prefix, text, cur.suffix, result.replace_suffix)
+    if not blame:
+        return text
+    first = min(b.at for b in blame)
+    valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
+    kept = ""
+    for k in range(ends_at(pieces, text[:max(0, first)]), 0, -1):
+        shorter = "".join(pieces[:k])
+        if shorter.strip() and valid(shorter) and not blamed(cur.prefix, shorter, cur.suffix):
+            kept = shorter
+            break
+    result.semantics["undefined"] = {"names": sorted({b.name for b in blame}), "rules": sorted({b.rule for b in blame}),
+                                     "kept": len(kept), "of": len(text)}
+    result.validation = "truncated" if kept else "skipped"
+    result.replace_suffix = 0
+    result.semantics.pop("line_fix", None)
+    return kept
 
 
 def _last_line_fits(text: str, state, next_indent: int) -> bool:

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 INITIAL_POSITIONS = 2048  # KV cache positions allocated at load (grown on demand up to the window)
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
+PREFILL_MIN_TOKENS = 32  # a forward of at least this many tokens runs in ``prefill_dtype`` when one is set
 ROPE_FACTORS = "rope_freqs.weight"  # GGUF (llama.cpp): per-frequency RoPE divisors ``[head_dim // 2]`` (Llama 3 bands)
 
 
@@ -164,6 +165,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 @dataclass
 class _Layer:
+    """One decoder layer's weights (fused projections, see the module docstring)."""
+
     input_norm: torch.Tensor  # [hidden]
     qkv: torch.Tensor  # [(heads + 2 kv_heads) * head_dim, hidden]
     qkv_bias: torch.Tensor | None
@@ -241,6 +244,27 @@ class LlamaDecoder:
         self.length = 0  # cached positions (host int: no device sync to read it)
         self.parameters = sum(int(t.numel()) for name, t in weights.items() if name != ROPE_FACTORS)
 
+    # -- prefill in another dtype ------------------------------------------------------------------
+
+    _prefill = None  # (dtype, embed, layers, cos, sin) of the prefill copy, or None
+
+    def set_prefill_dtype(self, dtype: torch.dtype | None) -> None:
+        """Run forwards of :data:`PREFILL_MIN_TOKENS` tokens or more (a prompt's prefill) with a copy
+        of the weights in ``dtype`` (None, or the model's dtype: no copy). On a CPU with AVX-512 BF16
+        or AMX, bfloat16 matrix products are about twice float32's; a decode step (one row) is not,
+        so decoding keeps the model's dtype. The KV cache stays in the model's dtype (keys and values
+        are cast as they are written and read) and the logits are computed in it."""
+        if dtype is None or dtype == self.dtype:
+            self._prefill = None
+            return
+        layers = [_Layer(**{name: (t.to(dtype) if isinstance(t, torch.Tensor) else t)
+                            for name, t in vars(layer).items()}) for layer in self.layers]
+        self._prefill = (dtype, self.embed.to(dtype), layers, self.cos.to(dtype), self.sin.to(dtype))
+
+    @property
+    def prefill_dtype(self) -> torch.dtype:
+        return self._prefill[0] if self._prefill is not None else self.dtype
+
     # -- cache --------------------------------------------------------------------------------------
 
     def _new_cache(self, positions: int) -> torch.Tensor:
@@ -285,16 +309,21 @@ class LlamaDecoder:
     def forward(self, ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
         """Run ``ids`` (long ``[n]`` on the device) at positions ``length ...``, cache their keys and
         values, advance ``length`` by ``n``. Returns logits ``[vocab]`` for the last position when
-        ``last_only``, else ``[n, vocab]``. Raises ValueError past the cache capacity (tokens)."""
+        ``last_only``, else ``[n, vocab]``, in the model's dtype (a long prompt runs in the prefill
+        dtype, :meth:`set_prefill_dtype`). Raises ValueError past the cache capacity (tokens)."""
         cfg = self.cfg
         start, n = self.length, int(ids.shape[0])
         end = start + n
         self._reserve(end)
         hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-        cos, sin = self.cos[start:end], self.sin[start:end]  # [n, head_dim]
+        if self._prefill is not None and n >= PREFILL_MIN_TOKENS:
+            dtype, embed, layers, cos, sin = self._prefill
+        else:
+            dtype, embed, layers, cos, sin = self.dtype, self.embed, self.layers, self.cos, self.sin
+        cos, sin = cos[start:end], sin[start:end]  # [n, head_dim]
         mask = self._mask(start, n)
-        x = F.embedding(ids, self.embed)  # [n, hidden]
-        for i, layer in enumerate(self.layers):
+        x = F.embedding(ids, embed)  # [n, hidden]
+        for i, layer in enumerate(layers):
             h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
             qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [n, (nh + 2 nkv) * hd]
             q, k, v = qkv.view(n, nh + 2 * nkv, hd).transpose(0, 1).split((nh, nkv, nkv), dim=0)
@@ -304,6 +333,8 @@ class LlamaDecoder:
             cache[0, 0, :, start:end] = k
             cache[1, 0, :, start:end] = v
             keys, values = cache[0, :, :, :end], cache[1, :, :, :end]  # [1, nkv, end, hd]
+            if dtype != self.dtype:
+                keys, values = keys.to(dtype), values.to(dtype)
             att = F.scaled_dot_product_attention(q.unsqueeze(0), keys, values, attn_mask=mask,
                                                  enable_gqa=nh != nkv)  # [1, nh, n, hd]
             att = att[0].transpose(0, 1).reshape(n, nh * hd)
@@ -314,7 +345,7 @@ class LlamaDecoder:
         self.length = end
         if last_only:
             x = x[-1:]
-        logits = F.linear(rms_norm(x, self.norm, cfg.rms_norm_eps), self.lm_head)  # [n or 1, vocab]
+        logits = F.linear(rms_norm(x.to(self.dtype), self.norm, cfg.rms_norm_eps), self.lm_head)  # [n or 1, vocab]
         return logits[0] if last_only else logits
 
     def decode_step(self, ids: torch.Tensor) -> torch.Tensor:

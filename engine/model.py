@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import ModelError
@@ -72,6 +73,34 @@ def resolve_dtype(requested: str, device):
     if req not in table:
         raise ModelError(f"unknown dtype {requested!r}; use auto, float32, bfloat16 or float16")
     return table[req]
+
+
+@lru_cache(maxsize=1)
+def cpu_has_fast_bf16() -> bool:
+    """Does this CPU multiply bfloat16 matrices natively (AVX-512 BF16 or AMX, ``/proc/cpuinfo``
+    flags ``avx512_bf16``/``amx_bf16``)? False where that file is absent (not Linux)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_prefill_dtype(requested: str, device, dtype):
+    """The dtype of the own decoder's prompt prefill (None: the model's ``dtype``), setting
+    ``model.prefillDtype``: ``auto`` is bfloat16 on a CPU with native bfloat16 products
+    (:func:`cpu_has_fast_bf16`) when the model runs in float32. Raises ModelError for an unknown value."""
+    import torch
+
+    req = (requested or "auto").lower()
+    if req == "auto":
+        fast = device.type == "cpu" and dtype == torch.float32 and cpu_has_fast_bf16()
+        return torch.bfloat16 if fast else None
+    if req == "same":
+        return None
+    if req not in ("bfloat16", "float32"):
+        raise ModelError(f"unknown prefill dtype {requested!r}; use auto, same, bfloat16 or float32")
+    return resolve_dtype(req, device)
 
 
 def check_model_dir(path: Path) -> None:
@@ -173,12 +202,13 @@ def load_own_decoder(path: Path, dev, dt):
 
 
 def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", threads: int = 0,
-               decoder: str = "auto") -> LoadedModel:
+               decoder: str = "auto", prefill_dtype: str = "same") -> LoadedModel:
     """Load tokenizer and causal LM from ``path`` onto the resolved device: a checkpoint directory, a
     GGUF file (always on the own decoder) or ``ollama:NAME[:TAG]`` (:mod:`engine.model_store`).
     ``decoder``: ``"auto"`` runs Llama, Qwen2 and Mistral checkpoints on the own decoder
     (:mod:`engine.llama`) and others on transformers; ``"transformers"`` always uses transformers for
-    checkpoint directories. Raises ModelError."""
+    checkpoint directories. ``prefill_dtype``: the own decoder's prompt prefill
+    (:func:`resolve_prefill_dtype`). Raises ModelError."""
     import torch
 
     from .gguf_checkpoint import is_gguf
@@ -189,7 +219,10 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
     path = source.path
     if path.is_file() and is_gguf(path):
         dev = resolve_device(device)
-        return _load_gguf(path, source.name, dev, resolve_dtype(dtype, dev), threads, decoder)
+        dt = resolve_dtype(dtype, dev)
+        loaded = _load_gguf(path, source.name, dev, dt, threads, decoder)
+        loaded.model.set_prefill_dtype(resolve_prefill_dtype(prefill_dtype, dev, dt))
+        return loaded
     check_model_dir(path)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -197,6 +230,7 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
         raise ModelError(f"unknown decoder {decoder!r}; use \"auto\" or \"transformers\"")
     own = load_own_decoder(path, dev, dt) if decoder == "auto" else None
     if own is not None:
+        own.set_prefill_dtype(resolve_prefill_dtype(prefill_dtype, dev, dt))
         return _finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions, own.parameters, threads,
                        path=str(path))
 

@@ -201,3 +201,42 @@ def test_the_kv_cache_grows_on_demand_and_keeps_what_it_holds(tmp_path, monkeypa
     for i in range(40, 60):  # one step grows it again (to 80)
         logits = kv.decode_one_token(ids[i])
     assert own.kv.shape[4] == 80 and (logits - ref_logits(ref, ids)[-1]).abs().max().item() < TOL
+
+
+def test_a_bfloat16_prefill_keeps_the_float32_cache_and_decode(shipped):
+    """``set_prefill_dtype(bfloat16)``: a prompt runs on a bfloat16 copy of the weights (native
+    bfloat16 products on AVX-512 BF16/AMX CPUs), the KV cache and the logits stay float32, decode
+    steps run in float32; the logits stay within bfloat16's precision of the float32 run and the
+    next token agrees."""
+    _, own = shipped
+    ids = random_ids(300, 8192, seed=7)
+    own.truncate(0)
+    want = own.forward(torch.tensor(ids[:290]))
+    want_steps = [own.forward(torch.tensor(ids[i:i + 1])) for i in range(290, 300)]
+    try:
+        own.set_prefill_dtype(torch.bfloat16)
+        assert own.prefill_dtype == torch.bfloat16
+        own.truncate(0)
+        got = own.forward(torch.tensor(ids[:290]))
+        assert got.dtype == torch.float32 and own.kv.dtype == torch.float32
+        assert got.argmax() == want.argmax()
+        assert (got - want).abs().max().item() < 0.05 * want.abs().max().item()
+        for i, step in zip(range(290, 300), want_steps):  # one token at a time: float32 weights
+            got = own.forward(torch.tensor(ids[i:i + 1]))
+            assert (got - step).abs().max().item() < 0.05 * step.abs().max().item()
+    finally:
+        own.set_prefill_dtype(None)
+    assert own.prefill_dtype == torch.float32
+
+
+def test_the_prefill_dtype_setting_resolves_per_machine():
+    from engine.errors import ModelError
+    from engine.model import cpu_has_fast_bf16, resolve_prefill_dtype
+
+    cpu = torch.device("cpu")
+    assert resolve_prefill_dtype("auto", cpu, torch.float32) == (torch.bfloat16 if cpu_has_fast_bf16() else None)
+    assert resolve_prefill_dtype("auto", cpu, torch.bfloat16) is None  # a bfloat16 model needs no copy
+    assert resolve_prefill_dtype("same", cpu, torch.float32) is None
+    assert resolve_prefill_dtype("bfloat16", cpu, torch.float32) == torch.bfloat16
+    with pytest.raises(ModelError, match="prefill dtype"):
+        resolve_prefill_dtype("int4", cpu, torch.float32)

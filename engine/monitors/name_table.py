@@ -309,29 +309,50 @@ _SCOPE_TOKEN = re.compile(_TOKEN.pattern + r"""
 """, re.VERBOSE | re.MULTILINE)
 
 
-def hidden_bodies(text: str, cursor: int) -> list[tuple[int, int]]:
+def hidden_bodies(text: str, cursor: int) -> tuple[tuple[int, int], ...]:
     """Spans ``[start, end)`` of the bodies of ``def`` statements that do not enclose ``cursor``, and
     of their parameter lists (parameters are locals; a name a default or an annotation loads is
     bound where the ``def`` stands, so it is known from there), sorted and not overlapping. A body is what follows its header's ``:``: the rest of that
     line when code follows the colon, else the lines indented deeper than the ``def`` (blank and
     comment-only lines, lines inside brackets or strings and backslash continuations never end
     it). Read with the names scanner's tokens, so a ``def`` in a string or comment is none."""
+    return scope_spans(text, cursor)[0]
+
+
+def hidden_scopes(text: str, cursor: int) -> tuple[tuple[int, int], ...]:
+    """:func:`hidden_bodies` and the bodies of the ``class`` statements that do not enclose
+    ``cursor`` (a class body's names are visible in neither its methods nor outside it), sorted and
+    not overlapping."""
+    return scope_spans(text, cursor)[1]
+
+
+@functools.lru_cache(maxsize=4)  # the names monitor's setup and its judge ask about the same document
+def scope_spans(text: str, cursor: int) -> tuple[tuple, tuple]:
+    """``(hidden_bodies, hidden_scopes)`` of ``text`` at ``cursor``, read in one pass."""
     spans: list[tuple[int, int]] = []
-    opened: list[list] = []  # [def column, body start, one-line body, parameter list span]
+    opened: list[list] = []  # [def column, body start, one-line body, parameter list span, is a class]
+    classes: list[tuple[int, int]] = []
     depth = 0
     line_start = 0  # offset of the current physical line
     first = True  # the next token is the first of a logical line
     cont = False  # the line follows a backslash continuation
     line_tokens = 0  # tokens on the current logical line so far
-    header_col = -1  # column of a ``def`` whose header's colon is not reached yet
+    header_col = -1  # column of a ``def`` or ``class`` whose header's colon is not reached yet
     params = [-1, -1]  # that header's parameter list: after its '(' and at its ')'
+    header_class = False  # that header is a ``class`` statement's
     after_colon = False  # the last token closed a header: does code follow on its line?
 
     def close(pos: int, col: int) -> None:
         while opened and opened[-1][0] >= col:
-            _, start, _, between = opened.pop()
-            if not start <= cursor <= pos:
-                spans.extend([between, (start, pos)] if between[0] >= 0 else [(start, pos)])
+            hide(*opened.pop(), pos)
+
+    def hide(_col, start: int, _one_line, between: tuple, is_class: bool, pos: int) -> None:
+        if start <= cursor <= pos:
+            return
+        if is_class:
+            classes.append((start, pos))
+        else:
+            spans.extend([between, (start, pos)] if between[0] >= 0 else [(start, pos)])
 
     for m in _SCOPE_TOKEN.finditer(text):
         kind = m.lastgroup
@@ -358,10 +379,11 @@ def hidden_bodies(text: str, cursor: int) -> list[tuple[int, int]]:
         if after_colon:  # code right after the header's colon: a one-line body
             after_colon = False
             opened[-1][2] = True
-        if kind == "name" and m.group() == "def" and depth == 0 and (
+        if kind == "name" and m.group() in ("def", "class") and depth == 0 and (
                 line_tokens == 1 or (line_tokens == 2 and text[line_start:m.start()].strip() == "async")):
             header_col = len(text[line_start:m.start()]) - len(text[line_start:m.start()].lstrip())
             params = [-1, -1]
+            header_class = m.group() == "class"
         elif kind == "open":
             if depth == 0 and header_col >= 0 and params[0] < 0:
                 params[0] = m.end()
@@ -371,15 +393,18 @@ def hidden_bodies(text: str, cursor: int) -> list[tuple[int, int]]:
             if depth == 0 and header_col >= 0 and params[0] >= 0 and params[1] < 0:
                 params[1] = m.start()
         elif kind == "colon" and depth == 0 and header_col >= 0:
-            opened.append([header_col, m.end(), False, tuple(params) if params[1] >= 0 else (-1, -1)])
+            opened.append([header_col, m.end(), False, tuple(params) if params[1] >= 0 and not header_class
+                           else (-1, -1), header_class])
             header_col, after_colon = -1, True
     while opened:
-        _, start, _, between = opened.pop()
-        if not start <= cursor <= len(text):
-            spans.extend([between, (start, len(text))] if between[0] >= 0 else [(start, len(text))])
-    spans.sort()
+        hide(*opened.pop(), len(text))
+    return _outermost(spans), _outermost(spans + classes)
+
+
+def _outermost(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The spans not inside another one, sorted."""
     outer: list[tuple[int, int]] = []
-    for a, b in spans:
+    for a, b in sorted(spans):
         if not outer or a >= outer[-1][1]:
             outer.append((a, b))
-    return outer
+    return tuple(outer)

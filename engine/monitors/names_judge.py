@@ -1,0 +1,167 @@
+"""The names monitor's last word: pyflakes on the completed document.
+
+The names monitor (:mod:`.names`) decides per token and stays lenient: any name the document uses
+where the cursor can see it counts as bound. Python's scoping is finer (Language Reference 4.2.2):
+a method does not see its class's names, a name bound later in a function, or by an ``except ...
+as`` block that has ended, is not bound yet. So the finished text is judged once more by pyflakes
+(an independent checker; ``UndefinedName`` F821 and ``UndefinedLocal`` F823 in ruff's numbering).
+
+A completion is blamed (:func:`blamed`) for an undefined name that
+
+1. it loads itself (the report lies in the inserted text: ``str(err)`` where no ``err`` is bound);
+2. the text after it loads and that starts with the half-typed word the completion ended
+   (``filepa`` + `` = ...`` while a later line loads ``filepath_with_abs_dir``; ``def f(s`` +
+   ``):`` while the body loads ``self``);
+3. the body of the ``def`` whose header the completion closes loads (``def __setitem__(self, `` +
+   ``value):`` while the body loads ``name`` and ``val``: they were parameters).
+
+pyflakes reads a skeleton of the document (:func:`skeleton`): the bodies of the functions and
+classes that do not enclose the cursor are ``...`` and the functions' parameter lists are empty
+(their names are not visible there, :func:`engine.monitors.name_table.hidden_scopes`), so a
+large file costs little. A document that
+does not parse (the user's broken lines elsewhere), or whose namespace is dynamic, blames nothing:
+the judge never refuses what it cannot read. Offsets are 0-based code points.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from .name_table import _DECLARED, MODULE_DUNDERS, hidden_scopes
+
+_DEF_HEADER = re.compile(r"[ \t]*(?:async[ \t]+)?def[ \t]")
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """The text pyflakes reads and where the completion lies in it: ``text``; ``start``/``end``
+    the inserted text's span; ``declared`` the names that hidden bodies declare ``global`` or
+    ``nonlocal`` (bound elsewhere, so never undefined)."""
+
+    text: str
+    start: int
+    end: int
+    declared: frozenset
+
+
+def skeleton(prefix: str, text: str, suffix: str, replaced: int = 0) -> Skeleton:
+    """The completed document ``prefix + text + suffix[replaced:]`` (``replaced``: the characters
+    after the cursor the completion replaces) with the bodies of the functions and classes that do
+    not enclose the cursor replaced by ``...`` and those functions' parameter lists by nothing. The
+    scopes are those of the document before the completion (:func:`hidden_scopes`, memoised: the
+    names monitor read the same document at the cursor); a ``def`` whose parameter list holds the cursor
+    keeps its parameters and body (the completion may close its header)."""
+    cursor = len(prefix)
+    spans = list(hidden_scopes(prefix + suffix, cursor))
+    for i, (a, b) in enumerate(spans):
+        if a <= cursor <= b:  # the cursor's own parameter list (or the body after it)
+            drop = 2 if prefix[a - 1: a] == "(" and i + 1 < len(spans) else 1
+            del spans[i: i + drop]
+            break
+    delta = len(text) - replaced  # how far the text after the cursor moves
+    doc = prefix + text + suffix[replaced:]
+    parts: list[str] = []
+    declared: set[str] = set()
+    at = 0
+    shift = 0  # code points removed before the cursor
+    for a, b in spans:
+        if a >= cursor:
+            a, b = max(a + delta, cursor + len(text)), b + delta
+        parts.append(doc[at:a])
+        for group in _DECLARED.findall(doc, a, b):
+            declared.update(re.findall(r"[^\W\d]\w*", group))
+        body = doc[a:b]
+        stub = "" if a > 0 and doc[a - 1] == "(" else " ..." + ("\n" if body.endswith("\n") else "")
+        parts.append(stub)
+        if b <= cursor:
+            shift += len(body) - len(stub)
+        at = b
+    parts.append(doc[at:])
+    return Skeleton("".join(parts), cursor - shift, cursor + len(text) - shift, frozenset(declared))
+
+
+@dataclass(frozen=True)
+class Blame:
+    """An undefined name the completion is blamed for: ``name``, where it is (``at``: code points
+    from the start of the completion; at or past its end for rules 2 and 3) and ``rule`` (1, 2 or 3
+    of the module docstring)."""
+
+    name: str
+    at: int
+    rule: int
+
+
+def _undefined(sk: Skeleton) -> list[tuple[str, int]] | None:
+    """pyflakes' undefined names of the skeleton as ``(name, offset)``; None when it does not parse."""
+    from pyflakes import checker, messages
+
+    try:
+        tree = ast.parse(sk.text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    found = checker.Checker(tree, filename="<completion>", builtins=set(sk.declared) | MODULE_DUNDERS)
+    lines = sk.text.split("\n")
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    out = []
+    for m in found.messages:
+        if isinstance(m, (messages.UndefinedName, messages.UndefinedLocal)) and 1 <= m.lineno <= len(lines):
+            line = lines[m.lineno - 1]
+            col = len(line.encode("utf-8")[: m.col].decode("utf-8", "ignore"))  # ast columns count UTF-8 bytes
+            out.append((m.message_args[0], starts[m.lineno - 1] + col))
+    return out
+
+
+def _cursor_word(prefix: str) -> str:
+    k = len(prefix)
+    while k and (prefix[k - 1].isalnum() or prefix[k - 1] == "_"):
+        k -= 1
+    word = prefix[k:]
+    return word if word and not word[0].isdigit() else ""
+
+
+def _closed_def_body(sk: Skeleton, prefix: str, text: str) -> tuple[int, int] | None:
+    """The span of the body of the ``def`` whose header the completion ends (the cursor's line is
+    that header and the text ends it with ``:``), in skeleton offsets; None otherwise."""
+    line = prefix[prefix.rfind("\n") + 1:]
+    if not _DEF_HEADER.match(line) or ":" not in text or "\n" in text.rstrip("\n"):
+        return None
+    width = len(line) - len(line.lstrip(" \t"))
+    pos = sk.text.find("\n", sk.end)
+    while 0 <= pos < len(sk.text) - 1:
+        nxt = sk.text.find("\n", pos + 1)
+        row = sk.text[pos + 1: nxt if nxt >= 0 else len(sk.text)]
+        if row.strip() and not row.lstrip().startswith("#") and len(row) - len(row.lstrip(" \t")) <= width:
+            return sk.end, pos
+        if nxt < 0:
+            break
+        pos = nxt
+    return sk.end, len(sk.text)
+
+
+def blamed(prefix: str, text: str, suffix: str, replaced: int = 0) -> list[Blame]:
+    """The undefined names the completion ``text`` at the end of ``prefix`` (``suffix`` after the
+    cursor, of which it replaces the first ``replaced`` characters) is blamed for (see the module
+    docstring); empty when it is blamed for none or the document cannot be read."""
+    if not text.strip():
+        return []
+    sk = skeleton(prefix, text, suffix, replaced)
+    found = _undefined(sk)
+    if not found:
+        return []
+    word = _cursor_word(prefix)
+    ends_word = bool(word) and not (text[0].isalnum() or text[0] == "_")
+    body = _closed_def_body(sk, prefix, text)
+    out = []
+    for name, offset in found:
+        at = offset - sk.start
+        if sk.start <= offset < sk.end:
+            out.append(Blame(name, at, 1))
+        elif offset >= sk.end and ends_word and name != word and name.startswith(word):
+            out.append(Blame(name, at, 2))
+        elif body is not None and body[0] <= offset < body[1]:
+            out.append(Blame(name, at, 3))
+    return out
