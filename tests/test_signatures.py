@@ -577,3 +577,24 @@ def test_a_late_jedi_answer_is_unresolved_now_and_memoised_for_later(monkeypatch
 def test_required_keyword_defaults():
     rule = RequiredKeyword("timeout", "S113", "10", None)
     assert not rule.unless_binary_mode and rule.mode_position is None
+
+
+def test_a_large_document_is_resolved_from_its_skeleton():
+    """Above ``SKELETON_CHARS`` jedi parses the document with the bodies of the other functions
+    stubbed out (jedi_client._view): a callee defined far away keeps its parameters, a method of
+    the enclosing class too, and the query sees the real offset."""
+    from engine.resolve import jedi_client
+
+    filler = "".join(f"def helper_{i}(a, b):\n    x = a + b\n    return [x for _ in range(b)]\n\n" for i in range(400))
+    doc = ("def target(path, *, mode='r', retries=3):\n    return path\n\n" + filler
+           + "class Box:\n    def put(self, item, where=None):\n        self.item = item\n\n"
+           "    def run(self):\n        value = target(")
+    assert len(doc) > jedi_client.SKELETON_CHARS
+    view, at = jedi_client._view(doc, len(doc))
+    assert len(view) < len(doc) // 2 and view[:at].endswith("value = target(")
+    assert "def helper_399(a, b): ..." in view and "x = a + b" not in view
+    spec = resolve_call(doc + ")\n", len(doc))
+    assert spec is not None and spec.keyword_names == {"path", "mode", "retries"}
+    method = doc[: len(doc) - len("value = target(")] + "self.put("
+    spec = resolve_call(method + ")\n", len(method))
+    assert spec is not None and spec.keyword_names == {"item", "where"}

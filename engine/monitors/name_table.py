@@ -235,7 +235,7 @@ def _exec_into_own_namespace(code: str, m: re.Match) -> bool:
     return comma >= 0 and not _NAMESPACE_CALL.search(code, comma, i)
 
 
-def document_names(text: str, cursor: int | None = None, path: str | None = None) -> DocumentNames:
+def document_names(text: str, cursor: int | None = None, path: str | None = None, spans=None) -> DocumentNames:
     """Scan ``text`` (a whole document, half-typed code welcome: unterminated strings end at their
     line or the text's end) for its names. A tolerant regex scanner, not ``ast``: any text gives an
     answer. Lenient on purpose: a name *used* anywhere counts as known, so the monitor never refuses
@@ -248,10 +248,14 @@ def document_names(text: str, cursor: int | None = None, path: str | None = None
     the names of their ``global``/``nonlocal`` statements. Still lenient: class bodies, headers and
     every enclosing function stay whole, and a document with a star import keeps every body (a name
     its other functions load may come from that module in ways this scan cannot see, as dead code
-    does: ctypes' ``test_strings.py`` uses ``c_wstring`` in skipped tests)."""
+    does: ctypes' ``test_strings.py`` uses ``c_wstring`` in skipped tests). ``spans``: the
+    :func:`hidden_bodies` of ``text`` at ``cursor`` when the caller has them."""
     dynamic, star = namespace(text, path)
     # with a star import, a name only loaded in another function is likely the module's: kept
-    spans = hidden_bodies(text, cursor) if cursor is not None and not star else []
+    if cursor is None or star:
+        spans = []
+    elif spans is None:
+        spans = hidden_bodies(text, cursor)
     declared: set[str] = set()
     if spans:
         kept, at = [], 0
@@ -399,6 +403,29 @@ def scope_spans(text: str, cursor: int) -> tuple[tuple, tuple]:
     while opened:
         hide(*opened.pop(), len(text))
     return _outermost(spans), _outermost(spans + classes)
+
+
+def stubbed(text: str, spans, at: int) -> tuple[str, int, frozenset]:
+    """``text`` with each of ``spans`` (sorted, not overlapping, none holding ``at``: from
+    :func:`hidden_bodies` or :func:`hidden_scopes`) replaced by a stub: a body by `` ...`` (its
+    line break kept), a parameter list (a span right after ``(``) by nothing. Returns ``(the
+    stubbed text, where offset at is in it, the names the spans declare global or nonlocal)``: a
+    skeleton that still parses where the text did, and costs a parser a fraction of the text."""
+    parts: list[str] = []
+    declared: set[str] = set()
+    done = shift = 0
+    for a, b in spans:
+        parts.append(text[done:a])
+        for group in _DECLARED.findall(text, a, b):
+            declared.update(re.findall(r"[^\W\d]\w*", group))
+        body = text[a:b]
+        stub = "" if a > 0 and text[a - 1] == "(" else " ..." + ("\n" if body.endswith("\n") else "")
+        parts.append(stub)
+        if b <= at:
+            shift += len(body) - len(stub)
+        done = b
+    parts.append(text[done:])
+    return "".join(parts), at - shift, frozenset(declared)
 
 
 def _outermost(spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

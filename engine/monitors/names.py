@@ -35,7 +35,8 @@ import keyword
 from ..lexing import automaton as pylex
 from ..lexing.vocabulary import STRING_PREFIXES
 from .base import Refusal, code_char, ident_char
-from .name_table import BUILTIN_NAMES, MODULE_DUNDERS, STATEMENT_SOFT_KEYWORDS, DocumentNames, document_names
+from .name_table import (BUILTIN_NAMES, MODULE_DUNDERS, STATEMENT_SOFT_KEYWORDS, DocumentNames, document_names,
+                         hidden_bodies)
 
 RULE = "unbound-name"
 KEYWORDS = frozenset(keyword.kwlist)
@@ -433,7 +434,14 @@ def _names_without_word(prefix: str, suffix: str, word: str, path: str | None = 
     while head < len(suffix) and ident_char(suffix[head]):
         head += 1
     before = prefix[:len(prefix) - len(word)]
-    return document_names(before + " " + suffix[head:], len(before), path)
+    gone = len(word) + head - 1  # the word, around the cursor, becomes one space
+
+    def moved(offset: int) -> int:
+        return offset if offset <= len(before) else max(len(before) + 1, offset - gone)
+
+    # the scopes of the document as it is (memoised: pyflakes' judge reads the same), moved
+    spans = [(moved(a), moved(b)) for a, b in hidden_bodies(prefix + suffix, len(prefix))]
+    return document_names(before + " " + suffix[head:], len(before), path, spans)
 
 
 def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str, names: DocumentNames | None = None,

@@ -29,7 +29,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from .name_table import _DECLARED, MODULE_DUNDERS, hidden_scopes
+from .name_table import MODULE_DUNDERS, hidden_scopes, stubbed
 
 _DEF_HEADER = re.compile(r"[ \t]*(?:async[ \t]+)?def[ \t]")
 
@@ -61,25 +61,9 @@ def skeleton(prefix: str, text: str, suffix: str, replaced: int = 0) -> Skeleton
             del spans[i: i + drop]
             break
     delta = len(text) - replaced  # how far the text after the cursor moves
-    doc = prefix + text + suffix[replaced:]
-    parts: list[str] = []
-    declared: set[str] = set()
-    at = 0
-    shift = 0  # code points removed before the cursor
-    for a, b in spans:
-        if a >= cursor:
-            a, b = max(a + delta, cursor + len(text)), b + delta
-        parts.append(doc[at:a])
-        for group in _DECLARED.findall(doc, a, b):
-            declared.update(re.findall(r"[^\W\d]\w*", group))
-        body = doc[a:b]
-        stub = "" if a > 0 and doc[a - 1] == "(" else " ..." + ("\n" if body.endswith("\n") else "")
-        parts.append(stub)
-        if b <= cursor:
-            shift += len(body) - len(stub)
-        at = b
-    parts.append(doc[at:])
-    return Skeleton("".join(parts), cursor - shift, cursor + len(text) - shift, frozenset(declared))
+    shifted = [(a, b) if a < cursor else (max(a + delta, cursor + len(text)), b + delta) for a, b in spans]
+    stub, start, declared = stubbed(prefix + text + suffix[replaced:], shifted, cursor)
+    return Skeleton(stub, start, start + len(text), declared)
 
 
 @dataclass(frozen=True)

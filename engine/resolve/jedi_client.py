@@ -119,6 +119,26 @@ def warm_parse(source: str, path: str | None) -> bool:
         return False
 
 
+SKELETON_CHARS = 20_000  # a larger document is shown to jedi as its skeleton (see _view)
+
+
+def _view(code: str, offset: int) -> tuple[str, int]:
+    """What jedi parses to answer a query at ``offset`` in ``code``: the document itself, or above
+    :data:`SKELETON_CHARS` its skeleton (:func:`engine.monitors.name_table.stubbed`): the bodies of
+    the functions that do not enclose ``offset`` become ``...``; class bodies and every header,
+    parameters included, stay. Parsing is most of a query's cost on a large file (parso: 0.1-1 s for 200 kB); what a
+    skeleton loses (a return type inferred from a hidden body) leaves a callee unresolved, which no
+    monitor enforces. For signatures only. Returns ``(text, offset in it)``."""
+    if len(code) <= SKELETON_CHARS:
+        return code, offset
+    from ..monitors.name_table import hidden_bodies, stubbed
+
+    bodies = [(a, b) for a, b in hidden_bodies(code, offset)
+              if not a <= offset <= b and code[a - 1: a] != "("]  # parameter lists stay: they are the signatures
+    text, at, _ = stubbed(code, bodies, offset)
+    return text, at
+
+
 def _line_col(source: str, offset: int) -> tuple[int, int]:
     """jedi position (1-based line, 0-based code-point column) of ``offset``, splitting lines as
     parso does (``\\n``, ``\\r\\n``, ``\\r``)."""
@@ -206,6 +226,7 @@ def _source_params(path: str, line: int) -> tuple[Param, ...] | None:
 def jedi_signatures(code: str, offset: int, path: str | None):
     """``(overloads, full_name)`` of the call whose ``(`` ends at ``offset``; None if unresolved."""
     try:
+        code, offset = _view(code, offset)
         line, column = _line_col(code, offset)
         with _JEDI_LOCK:
             script = _script(code, path)
@@ -298,7 +319,8 @@ def _instance_hints(code: str, script, completions, line: int, column: int) -> f
 
 def jedi_members(code: str, offset: int, path: str | None) -> frozenset[str] | None:
     """Attribute names after the ``.`` at ``offset - 1``; None when unresolved or open (see
-    :func:`_open_object`)."""
+    :func:`_open_object`). jedi reads the whole document: a skeleton (:func:`_view`) would hide
+    the attributes that methods set (a class with ``__slots__`` is closed to the rest)."""
     try:
         line, column = _line_col(code, offset)
         with _JEDI_LOCK:
