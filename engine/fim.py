@@ -201,13 +201,42 @@ class PromptBuilder:
             out.extend(part)
         return out
 
+    CUT_LINES = 4  # the prefix starts on a document line whose index is a multiple of this
+
+    def _fitting_line(self, prefix: str, room: int, first_line: int) -> int:
+        """Where ``prefix`` (starting on document line ``first_line``, 0-based) should start so that
+        about ``room`` tokens remain: the first line start after the token that many from the end
+        whose document line is a multiple of :data:`CUT_LINES` (typing on the cursor's line moves
+        the start only every few lines, so the KV-cache prefix stays reusable). One encoding with
+        offsets instead of re-encoding shorter and shorter texts; 0 when the tokenizer gives no
+        offsets (the caller drops lines itself)."""
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        if backend is None:
+            return 0
+        enc = backend.encode(scalar_text(prefix), add_special_tokens=False)
+        if len(enc.ids) <= room:
+            return 0
+        start = enc.offsets[len(enc.ids) - room][0]  # code points (a byte-level BPE without normaliser)
+        pos = prefix.rfind("\n", 0, start)
+        line = first_line + prefix.count("\n", 0, pos + 1)
+        while pos >= 0 or line == first_line:
+            pos = prefix.find("\n", pos + 1)
+            if pos < 0:
+                return 0
+            line += 1
+            if line % self.CUT_LINES == 0:
+                return pos + 1
+        return 0
+
     def build(self, prefix: str, suffix: str) -> Prompt:
         """Prompt ids ``[PRE] prefix [SUF] suffix [MID]`` (PSM) or ``[PRE] [SUF] suffix [MID] prefix``
         (SPM), with both sides truncated to fit."""
         room = max(16, self.budget - 3)
         max_chars = room * self.CHARS_PER_TOKEN_MAX
+        first_line = 0  # the document line (0-based) the kept prefix starts on
         if len(prefix) > max_chars:
             cut = prefix.find("\n", len(prefix) - max_chars)
+            first_line = prefix.count("\n", 0, cut + 1) if cut >= 0 else 0
             prefix = prefix[cut + 1:] if cut >= 0 else prefix[-max_chars:]
         suffix = suffix[:max_chars]
         p_ids = self._encode(self.tpl.prefix_sep + prefix) if self.tpl.prefix_sep else self._encode(prefix)
@@ -215,6 +244,11 @@ class PromptBuilder:
         s_room = max(room // 4, room - len(p_ids))
         s_ids = s_ids[: min(len(s_ids), s_room)]
         p_room = room - len(s_ids)
+        if len(p_ids) > p_room:
+            cut = self._fitting_line(prefix, p_room, first_line)
+            if cut:
+                prefix = prefix[cut:]
+                p_ids = self._encode(prefix)
         if len(p_ids) > p_room:
             # drop whole lines from the start until it fits, so the cut is stable while typing
             lines = prefix.split("\n")

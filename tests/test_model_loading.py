@@ -108,3 +108,24 @@ def test_embedded_model_is_small_and_safetensors():
     files = {p.name for p in DEFAULT_MODEL_DIR.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= files
     assert sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir()) < 30_000_000
+
+
+def test_a_long_prefix_is_cut_at_a_stable_line_start():
+    """The prefix is cut once (offsets of one encoding, ``PromptBuilder._fitting_line``) at a
+    document line whose index is a multiple of ``CUT_LINES``: the prompt fits its budget, starts
+    at a line start, and typing on the cursor's line leaves its start (the reusable KV prefix)
+    where it was."""
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    lm = load_model(DEFAULT_MODEL_DIR, "cpu")
+    builder = PromptBuilder(lm.tokenizer, detect_template(lm.tokenizer.get_vocab()), 200)
+    lines = [f"value_{i} = compute(value_{i - 1}, {i})" for i in range(1, 400)]
+    prefix, suffix = "\n".join(lines) + "\nresult = ", "\nprint(result)\n"
+    prompt = builder.build(prefix, suffix)
+    assert 150 <= len(prompt.ids) <= 200
+    kept = lm.tokenizer.decode(prompt.prefix_ids)
+    assert prefix.endswith(kept) and prefix[len(prefix) - len(kept) - 1] == "\n"
+    assert prefix.count("\n", 0, len(prefix) - len(kept)) % PromptBuilder.CUT_LINES == 0
+    for typed in ("c", "co", "com", "comp"):
+        again = builder.build(prefix + typed, suffix)
+        assert again.prefix_ids[:20] == prompt.prefix_ids[:20]
