@@ -34,6 +34,7 @@ from .api import Completion
 from .lexing import automaton as pylex
 from .monitors.base import PROSE_MODES, ident_char
 from .monitors.block_header import BlockHeader
+from .monitors.name_table import is_dynamic
 from .monitors.names_judge import blamed
 from .validate import clears_error_after_cursor, finish_line, judge, longest_valid
 
@@ -300,11 +301,10 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
 
 def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:
     """pyflakes' word on the names of the final text (:func:`engine.monitors.names_judge.blamed`),
-    where the names monitor ran: a text blamed for an undefined name is cut back to the longest
+    where the semantic monitors ran and the document's namespace is static: a text blamed for an undefined name is cut back to the longest
     piece prefix that ends before the first blamed name, is valid and is blamed for none, or to
     nothing. Records ``semantics["undefined"]`` (the blamed names and what was kept)."""
-    start = cur.start
-    if start is None or start[1].names is None or not text or result.cancelled:
+    if cur.start is None or not text or result.cancelled or is_dynamic(cur.prefix + cur.suffix):
         return text
     blame = blamed(cur.prefix, text, cur.suffix, result.replace_suffix)
     if not blame:

@@ -194,6 +194,7 @@ def test_reading_the_namespace_is_not_dynamic(source):
     "globals().update(x)\n", "g = globals()\ng['x'] = 1\n", "g = globals()\ninstall(g)\n", "g = globals()\ng.update(d)\n",
     "globals() [ 'a' ] += 1\n", "builtins._ = gettext\n", "__builtins__.gettext = f\n", "__builtins__ = {}\n",
     "setattr(sys.modules[__name__], 'x', 1)\n", "sys.modules[__name__].x = 1\n",
+    "locals().update(x=1)\n", "if ok:\n    vars()['a'] = 1\n",  # at module level locals() is globals()
 ])
 def test_writing_the_namespace_is_dynamic(source):
     assert document_names(source).dynamic
@@ -329,6 +330,9 @@ def test_a_name_local_to_another_function_is_refused(completion, refused):
     'import ast\nim = ast.parse("from bar import *")\n',  # a string
     'code = """\nexec(y)\n"""\n',
     "ns = {}\nexec(code, ns)\n", "exec(compile(src, 'f', 'exec'), {'a': 1}, env)\n",  # a namespace of its own
+    # locals() in a function is a snapshot; in a class body it makes class attributes (test_clinic.py)
+    "def f():\n    locals().update(x=1)\n", "def f():\n    ns = locals()\n    ns['x'] = 1\n",
+    "class T:\n    locals().update((n, getattr(m, n)) for n in dir(m))\n    def test(self):\n        pass\n",
 ])
 def test_what_binds_nothing_here_is_not_dynamic(source):
     """Half of the bench's tasks sat in documents called dynamic for an ``import *`` in a comment

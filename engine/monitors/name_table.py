@@ -193,8 +193,15 @@ def _binds_nothing(code: str, m: re.Match) -> bool:
     * ``builtins.open = ...``: replacing a builtin that exists binds no new name;
     * ``__builtins__`` read (``__builtins__['len']``, ``__builtins__.get``), not written;
     * ``g = globals()`` where ``g`` is then only read (``g['x']``, ``g.items()``), never written
-      through nor handed on (an argument or another name)."""
+      through nor handed on (an argument or another name);
+    * a write through ``locals()`` or ``vars()`` in a function body: it changes a snapshot, never
+      the function's variables (the ``locals()`` documentation; PEP 667); in a class body it
+      binds class attributes, which no other scope sees as names (methods reach them as
+      ``self.name``; a load in that class body itself, after the write, is the one case this
+      leaves to the user)."""
     text = m.group()
+    if re.search(r"\b(?:locals|vars)\b", text) and _in_block(code, m.start()):  # ``locals()[...] =``, ``ns = locals()``
+        return True
     if text.startswith("exec"):
         return _exec_into_own_namespace(code, m)
     if text.startswith("builtins."):
@@ -213,6 +220,27 @@ def _binds_nothing(code: str, m: re.Match) -> bool:
             if _WRITE_AFTER.match(code, use.end()) or not re.match(r"[ \t]*[\[.]", code[use.end(): use.end() + 40]):
                 return False  # written through, or handed on as a value (it may be written elsewhere)
         return True
+    return False
+
+
+def _in_block(code: str, offset: int) -> bool:
+    """Is ``offset`` in the body of a ``def`` or ``class`` (the nearest enclosing block header of
+    those two kinds, found by indentation), not at module level? ``code``: strings and comments
+    blanked, so their lines read as blank."""
+    line_start = code.rfind("\n", 0, offset) + 1
+    line = code[line_start:offset]
+    width = len(line) - len(line.lstrip(" \t"))
+    end = line_start - 1
+    while width > 0 and end > 0:
+        start = code.rfind("\n", 0, end) + 1
+        row = code[start:end]
+        end = start - 1
+        stripped = row.lstrip(" \t")
+        if not stripped or len(row) - len(stripped) >= width:
+            continue
+        width = len(row) - len(stripped)
+        if re.match(r"(?:async[ \t]+)?def\b|class\b", stripped):
+            return True
     return False
 
 

@@ -9,9 +9,9 @@ as`` block that has ended, is not bound yet. So the finished text is judged once
 A completion is blamed (:func:`blamed`) for an undefined name that
 
 1. it loads itself (the report lies in the inserted text: ``str(err)`` where no ``err`` is bound);
-2. the text after it loads and that starts with the half-typed word the completion ended
-   (``filepa`` + `` = ...`` while a later line loads ``filepath_with_abs_dir``; ``def f(s`` +
-   ``):`` while the body loads ``self``);
+2. the cursor's line or the text after it loads and that starts with the half-typed word the
+   completion ended (``filepa`` + `` = ...`` while a later line loads ``filepath_with_abs_dir``;
+   ``def f(s`` + ``):`` while the body loads ``self``; ``(name for n`` + `` in names)``);
 3. the body of the ``def`` whose header the completion closes loads (``def __setitem__(self, `` +
    ``value):`` while the body loads ``name`` and ``val``: they were parameters).
 
@@ -19,8 +19,9 @@ pyflakes reads a skeleton of the document (:func:`skeleton`): the bodies of the 
 classes that do not enclose the cursor are ``...`` and the functions' parameter lists are empty
 (their names are not visible there, :func:`engine.monitors.name_table.hidden_scopes`), so a
 large file costs little. A document that
-does not parse (the user's broken lines elsewhere), or whose namespace is dynamic, blames nothing:
-the judge never refuses what it cannot read. Offsets are 0-based code points.
+does not parse (the user's broken lines elsewhere) blames nothing, and the caller asks about no
+document whose namespace is dynamic (:func:`engine.monitors.name_table.is_dynamic`): the judge
+never refuses what it cannot read. Offsets are 0-based code points.
 """
 
 from __future__ import annotations
@@ -139,12 +140,13 @@ def blamed(prefix: str, text: str, suffix: str, replaced: int = 0) -> list[Blame
     word = _cursor_word(prefix)
     ends_word = bool(word) and not (text[0].isalnum() or text[0] == "_")
     body = _closed_def_body(sk, prefix, text)
+    line_start = sk.text.rfind("\n", 0, sk.start) + 1  # the cursor's line
     out = []
     for name, offset in found:
         at = offset - sk.start
         if sk.start <= offset < sk.end:
             out.append(Blame(name, at, 1))
-        elif offset >= sk.end and ends_word and name != word and name.startswith(word):
+        elif offset >= line_start and ends_word and name != word and name.startswith(word):
             out.append(Blame(name, at, 2))
         elif body is not None and body[0] <= offset < body[1]:
             out.append(Blame(name, at, 3))
