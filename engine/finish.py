@@ -306,7 +306,7 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
     nothing. Records ``semantics["undefined"]`` (the blamed names and what was kept)."""
     if cur.start is None or not text or result.cancelled or is_dynamic(cur.prefix + cur.suffix):
         return text
-    blame = blamed(cur.prefix, text, cur.suffix, result.replace_suffix)
+    blame = blamed(cur.prefix, text, cur.suffix, result.replace_suffix, cur.heal)
     if not blame:
         return text
     first = min(b.at for b in blame)
@@ -314,7 +314,7 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
     kept = ""
     for k in range(ends_at(pieces, text[:max(0, first)]), 0, -1):
         shorter = "".join(pieces[:k])
-        if shorter.strip() and valid(shorter) and not blamed(cur.prefix, shorter, cur.suffix):
+        if shorter.strip() and valid(shorter) and not blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal):
             kept = shorter
             break
     result.semantics["undefined"] = {"names": sorted({b.name for b in blame}), "rules": sorted({b.rule for b in blame}),

@@ -47,15 +47,19 @@ class Skeleton:
     declared: frozenset
 
 
-def skeleton(prefix: str, text: str, suffix: str, replaced: int = 0) -> Skeleton:
+def skeleton(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "") -> Skeleton:
     """The completed document ``prefix + text + suffix[replaced:]`` (``replaced``: the characters
     after the cursor the completion replaces) with the bodies of the functions and classes that do
     not enclose the cursor replaced by ``...`` and those functions' parameter lists by nothing. The
     scopes are those of the document before the completion (:func:`hidden_scopes`, memoised: the
     names monitor read the same document at the cursor); a ``def`` whose parameter list holds the cursor
-    keeps its parameters and body (the completion may close its header)."""
+    keeps its parameters and body (the completion may close its header). ``heal``: the end of
+    ``prefix`` given back to the model (a space, :mod:`engine.spec`): the monitors scanned the
+    document without it, and so does this (the same memoised scan)."""
     cursor = len(prefix)
-    spans = list(hidden_scopes(prefix + suffix, cursor))
+    base = cursor - len(heal)
+    spans = [(a, b) if a < base else (a + len(heal), b + len(heal))
+             for a, b in hidden_scopes(prefix[:base] + suffix, base)]
     for i, (a, b) in enumerate(spans):
         if a <= cursor <= b:  # the cursor's own parameter list (or the body after it)
             drop = 2 if prefix[a - 1: a] == "(" and i + 1 < len(spans) else 1
@@ -127,13 +131,14 @@ def _closed_def_body(sk: Skeleton, prefix: str, text: str) -> tuple[int, int] | 
     return sk.end, len(sk.text)
 
 
-def blamed(prefix: str, text: str, suffix: str, replaced: int = 0) -> list[Blame]:
+def blamed(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "") -> list[Blame]:
     """The undefined names the completion ``text`` at the end of ``prefix`` (``suffix`` after the
-    cursor, of which it replaces the first ``replaced`` characters) is blamed for (see the module
-    docstring); empty when it is blamed for none or the document cannot be read."""
+    cursor, of which it replaces the first ``replaced`` characters; ``heal`` as in
+    :func:`skeleton`) is blamed for (see the module docstring); empty when it is blamed for none or
+    the document cannot be read."""
     if not text.strip():
         return []
-    sk = skeleton(prefix, text, suffix, replaced)
+    sk = skeleton(prefix, text, suffix, replaced, heal)
     found = _undefined(sk)
     if not found:
         return []
