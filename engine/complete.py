@@ -306,26 +306,31 @@ class Engine(DecodeLoop):
         attempts are summed (``timings_ms``); ``retries`` counts the extra attempts. In process only:
         a remote backend (vLLM) decodes one attempt per request."""
         banned: list[int] = []
+        prior = self._attempt  # the first attempt's plan and spec: a retry reuses them (no jedi, no scan)
         while (not result.text and not result.cancelled and not self.remote and result.trace
                and result.trace[0].fuse is not None and result.trace[0].id is not None
                and len(banned) < self.settings.generation.retries):
             banned.append(result.trace[0].id)
-            again = self._complete(req, first_banned=banned)
+            again = self._complete(req, first_banned=banned, prior=prior)
             again.timings_ms = {k: round(again.timings_ms.get(k, 0.0) + result.timings_ms.get(k, 0.0), 3)
                                 for k in again.timings_ms.keys() | result.timings_ms.keys()}
             again.retries = len(banned)
             result = again
         return result
 
-    def _complete(self, req: CompletionRequest, first_banned: list[int] | None = None) -> Completion:
-        """One attempt; ``first_banned``: token ids refused at the first step (:meth:`_retry_empty`)."""
+    _attempt: tuple | None = None  # (plan, spec) of the last attempt (see _retry_empty)
+
+    def _complete(self, req: CompletionRequest, first_banned: list[int] | None = None,
+                  prior: tuple | None = None) -> Completion:
+        """One attempt; ``first_banned``: token ids refused at the first step, ``prior``: the
+        ``(plan, spec)`` of an earlier attempt at the same request (:meth:`_retry_empty`)."""
         if self.remote:
             from .remote import complete_remote
 
             return complete_remote(self, req)
         clock = time.perf_counter
         t0 = clock()
-        plan = plan_request(req, self.settings)  # the fingerprint is most of it
+        plan = prior[0] if prior is not None else plan_request(req, self.settings)  # the fingerprint is most of it
         result = Completion(text="", multiline=plan.multiline, cursor_context=plan.context.kind)
         if req.trigger_character is not None and not plan.in_code:
             result.stop_reason = StopReason.NOT_CODE  # "." typed in a comment or string: no code to complete
@@ -334,7 +339,8 @@ class Engine(DecodeLoop):
             result.fingerprint = plan.fp.as_dict()
         ta = clock()
         stages = Stages(fingerprint=ta - t0)
-        start = self._start(req, plan, result, stages)
+        start = self._start(req, plan, result, stages, prior[1] if prior is not None else None)
+        self._attempt = (plan, start.spec)
         t1 = clock()
         stages.lexing = t1 - ta - stages.semantics  # the prefix lexer, FSM guide and first-token rule
         prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
@@ -382,15 +388,17 @@ class Engine(DecodeLoop):
 
     # -- before decoding ----------------------------------------------------------------------------
 
-    def _start(self, req: CompletionRequest, plan: Plan, result: Completion, stages: Stages) -> Start:
+    def _start(self, req: CompletionRequest, plan: Plan, result: Completion, stages: Stages,
+               spec: ConstraintSpec | None = None) -> Start:
         """The lexer, FSM guide, first-token rule and semantic monitors at the cursor, from the
-        request's :class:`engine.spec.ConstraintSpec` (:meth:`constraint_spec`; sent through JSON
-        first when :attr:`wire_spec` is set, as a remote backend would). Adds the semantic monitors'
-        setup time (jedi) to ``stages.semantics``."""
+        request's :class:`engine.spec.ConstraintSpec` (:meth:`constraint_spec`, unless ``spec``
+        is an earlier attempt's; sent through JSON first when :attr:`wire_spec` is set, as a
+        remote backend would). Adds the semantic monitors' setup time (jedi) to ``stages.semantics``."""
         s = self.settings
         if not plan.constrained:
             return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None)
-        spec = self.constraint_spec(req, plan, stages)
+        if spec is None:
+            spec = self.constraint_spec(req, plan, stages)
         if self.wire_spec:
             spec = ConstraintSpec.from_json(spec.to_json())
         start = start_from_spec(spec, self.index, self.memo, self.masks)

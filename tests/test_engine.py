@@ -239,3 +239,20 @@ def test_a_line_before_an_indented_block_opens_one_and_explain_says_why(engine):
         assert ("e" + result.text).split()[0].rstrip(":") in ("elif", "else")
     md = to_markdown(explanation(result, engine.index.size, engine.model_name))
     assert "compound statement keywords" in md
+
+
+def test_a_retry_reuses_the_first_attempts_plan_and_spec(engine, monkeypatch):
+    """``_retry_empty`` decodes again with the first attempt's plan and constraint spec (no second
+    fingerprint, jedi query or document scan); the attempt is the one a fresh start would decode."""
+    req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return os.path.", suffix="\n", max_tokens=6)
+    first = engine._complete(req)
+    banned = [first.trace[0].id]
+    fresh = engine._complete(req, first_banned=banned)
+    prior = engine._attempt
+    calls = []
+    real = engine.constraint_spec
+    monkeypatch.setattr(engine, "constraint_spec", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = engine._complete(req, first_banned=banned, prior=prior)
+    assert not calls and again.timings_ms["semantics"] == 0
+    assert again.text == fresh.text and [s.id for s in again.trace] == [s.id for s in fresh.trace]
+    assert again.trace[0].id != banned[0]
