@@ -80,6 +80,7 @@ class Engine(DecodeLoop):
         self.masks: StepMask | None = None  # composes each step's token mask (built at load)
         self.monitor_filter: SemanticFilter | None = None
         self._lock = threading.Lock()
+        self._wanted = threading.Event()  # set: a request waits for the lock
         self.model_name = ""
         self.model_info: ModelInfo | None = None  # what was loaded (explain, complete --json, the server's log)
         self.vocab_digest = ""  # the tokenizer's vocabulary digest (engine.vocab.Vocabulary.digest), in specs
@@ -192,17 +193,26 @@ class Engine(DecodeLoop):
         finally:
             self._lock.release()
 
+    WARM_LEX_CHARS = 8192  # warm_document lexes this much (to a line end) between looks for a waiting request
+
     def warm_document(self, text: str, path: str | None = None) -> None:
         """Warm-up on open: lex the whole document (the prefix lexer keeps its state at every line
         start, so a request anywhere in it later lexes only from the last line start) and have
         jedi parse it (:func:`engine.resolve.jedi_client.warm_parse`), before the first request.
-        The lexing is skipped while the engine is busy. Never raises."""
+        The lexing is skipped while the engine is busy, and goes in chunks of about
+        :attr:`WARM_LEX_CHARS` code points, stopping when a request waits for the engine (the
+        request lexes the rest of its prefix itself, no more than it would have). Never raises."""
         if self.lm is None:
             return
         text = normalize_eol(scalar_text(text))
         if self.settings.constraints.enabled and self._lock.acquire(blocking=False):
             try:
-                self.prefix_lexer.lex(text, detect_indent_style(text))
+                style = detect_indent_style(text)
+                end = 0
+                while end < len(text) and not self._wanted.is_set():
+                    end = text.find("\n", end + self.WARM_LEX_CHARS)
+                    end = len(text) if end < 0 else end + 1
+                    self.prefix_lexer.lex(text[:end], style)  # from the last line start lexed
             except Exception:  # a warm-up must never take the server down
                 log.debug("lexing warm-up failed", exc_info=True)
             finally:
@@ -273,7 +283,9 @@ class Engine(DecodeLoop):
         if self.lm is None:
             raise ModelError(self.load_error or "the model is not loaded yet")
         req = self._scalar_request(req)
+        self._wanted.set()  # a warm-up lexing the document yields (warm_document)
         with self._lock:
+            self._wanted.clear()
             t0 = time.perf_counter()
             reuse = self._typed_through(req)
             if reuse is not None:

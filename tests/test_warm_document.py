@@ -21,3 +21,18 @@ def test_a_document_just_opened_is_lexed_and_parsed(engine, tmp_path):
 
 def test_warming_never_raises(engine):
     engine.warm_document("def (:\n\x00 broken", "/nonexistent/dir/x.py")
+
+
+def test_lexing_on_open_yields_to_a_waiting_request(engine):
+    """The lexing goes in chunks and stops when a request waits for the engine (it sets
+    ``_wanted`` before taking the lock): the request lexes the rest of its own prefix."""
+    text = "value = compute(1, 2)\n" * 2000  # 44 k code points: several chunks
+    assert len(text) > 3 * engine.WARM_LEX_CHARS
+    engine._wanted.set()
+    try:
+        engine.warm_document(text + "# a\n")
+        assert engine.prefix_lexer._text != text + "# a\n"  # nothing lexed: a request was waiting
+    finally:
+        engine._wanted.clear()
+    engine.warm_document(text + "# b\n")
+    assert engine.prefix_lexer._text == text + "# b\n"
