@@ -198,7 +198,7 @@ class Completion:
     prompt_tokens: int = 0
     reused_tokens: int = 0  # KV-cache prefix tokens reused from the previous request
     fuses: int = 0
-    retries: int = 0  # extra attempts after an empty one (Engine._retry_empty; timings_ms covers them all)
+    retries: int = 0  # extra attempts after an empty or names-judged one (Engine._retry; timings_ms covers them all)
     validation: str = ""  # "ok" | "truncated" | "rejected" | "repaired" (a fix appended) | "skipped"
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: list[TraceStep] = field(default_factory=list)

@@ -295,7 +295,7 @@ class Engine(DecodeLoop):
                 return reuse
             try:
                 result = self._complete(req)
-                result = self._retry_empty(req, result)
+                result = self._retry(req, result)
                 if not result.cancelled:
                     self._recent = [*self._recent[-(self.RECENT - 1):],
                                     (self._request_key(req), req.prefix, req.suffix, result)]
@@ -310,32 +310,53 @@ class Engine(DecodeLoop):
                                      "device \"cpu\"") from exc
                 raise
 
-    def _retry_empty(self, req: CompletionRequest, result: Completion) -> Completion:
-        """Decode again, up to ``generation.retries`` times, when a constrained completion came out
-        empty although its first token was the fuse's choice (the model wanted a token the
-        constraints forbid, took the best allowed one and ran into a loop or a rejected text): each
-        attempt bans the first tokens of the attempts before it at step 0. The timings of all
-        attempts are summed (``timings_ms``); ``retries`` counts the extra attempts. In process only:
-        a remote backend (vLLM) decodes one attempt per request."""
-        banned: list[int] = []
+    def _retry(self, req: CompletionRequest, result: Completion) -> Completion:
+        """Decode again, up to ``generation.retries`` times, when a constrained attempt
+
+        * came out empty although its first token was the fuse's choice (the model wanted a token
+          the constraints forbid, took the best allowed one and ran into a loop or a rejected text), or
+        * was cut back by pyflakes' names judge (:mod:`engine.monitors.names_judge`) for a name it
+          wrote or a word it ended (``semantics["undefined"]["ban"]``: the step and token that led there):
+
+        each attempt bans that token at that step, with the bans of the attempts before (greedy
+        decoding repeats the tokens before it). A retry that comes out empty keeps the attempt before
+        it. The first attempt's plan and constraint spec are reused; the timings of all attempts are
+        summed (``timings_ms``) and ``retries`` counts the extra attempts. In process only: a remote
+        backend (vLLM) decodes one attempt per request."""
+        bans: dict[int, list[int]] = {}
         prior = self._attempt  # the first attempt's plan and spec: a retry reuses them (no jedi, no scan)
-        while (not result.text and not result.cancelled and not self.remote and result.trace
-               and result.trace[0].fuse is not None and result.trace[0].id is not None
-               and len(banned) < self.settings.generation.retries):
-            banned.append(result.trace[0].id)
-            again = self._complete(req, first_banned=banned, prior=prior)
+        tries = 0
+        while not result.cancelled and not self.remote and tries < self.settings.generation.retries:
+            ban = self._retry_ban(result)
+            if ban is None or ban[1] in bans.get(ban[0], ()):
+                break
+            bans.setdefault(ban[0], []).append(ban[1])
+            tries += 1
+            again = self._complete(req, bans=bans, prior=prior)
             again.timings_ms = {k: round(again.timings_ms.get(k, 0.0) + result.timings_ms.get(k, 0.0), 3)
                                 for k in again.timings_ms.keys() | result.timings_ms.keys()}
-            again.retries = len(banned)
+            if result.text and not again.text:
+                result.timings_ms, result.retries = again.timings_ms, tries
+                break
+            again.retries = tries
             result = again
         return result
 
-    _attempt: tuple | None = None  # (plan, spec) of the last attempt (see _retry_empty)
+    @staticmethod
+    def _retry_ban(result: Completion) -> tuple[int, int] | None:
+        """``(step, token id)`` a retry of ``result`` bans (see :meth:`_retry`), or None."""
+        trace = result.trace
+        if not result.text and trace and trace[0].fuse is not None and trace[0].id is not None:
+            return 0, trace[0].id
+        ban = (result.semantics.get("undefined") or {}).get("ban")
+        return (ban[0], ban[1]) if ban else None
 
-    def _complete(self, req: CompletionRequest, first_banned: list[int] | None = None,
+    _attempt: tuple | None = None  # (plan, spec) of the last attempt (see _retry)
+
+    def _complete(self, req: CompletionRequest, bans: dict[int, list[int]] | None = None,
                   prior: tuple | None = None) -> Completion:
-        """One attempt; ``first_banned``: token ids refused at the first step, ``prior``: the
-        ``(plan, spec)`` of an earlier attempt at the same request (:meth:`_retry_empty`)."""
+        """One attempt; ``bans``: step -> token ids refused there, ``prior``: the ``(plan, spec)``
+        of an earlier attempt at the same request (:meth:`_retry`)."""
         if self.remote:
             from .remote import complete_remote
 
@@ -365,7 +386,7 @@ class Engine(DecodeLoop):
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
-        dec = self._decode(req, plan, start, logits, result, history, prompt.ids, first_banned)
+        dec = self._decode(req, plan, start, logits, result, history, prompt.ids, bans)
         t5 = clock()
         cursor = self._cursor(plan, start)
         t6 = clock()
@@ -383,6 +404,12 @@ class Engine(DecodeLoop):
         """The decoded draft finished for the editor (:func:`engine.finish.finish`, the editor's
         shape, the confidence gate, line endings) into ``result``'s text, range and stop reason."""
         text = finish(self._draft(dec, start), cursor, result)
+        undefined = result.semantics.get("undefined")
+        if undefined is not None:  # the token that led to the blamed name: what a retry bans
+            at = undefined.pop("ban_at") + len(start.heal)
+            step = next((k for k, end in enumerate(dec.ends) if end > at), None)
+            if step is not None and step < len(dec.gen):
+                undefined["ban"] = [step, dec.gen[step]]
         shaped = for_editor(text, plan.context, plan.line_suffix, plan.single_line)
         if shaped != text:
             text, result.replace_suffix = shaped, 0

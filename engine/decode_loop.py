@@ -124,11 +124,11 @@ class DecodeLoop:
 
     def _decode(self, req: CompletionRequest, plan: Plan, start: Start, logits, result: Completion,
                 history: list[int] | None = None, prompt_ids: list[int] | None = None,
-                first_banned: list[int] | None = None) -> Decoding:
+                bans: dict[int, list[int]] | None = None) -> Decoding:
         """Decode up to ``plan.max_tokens`` tokens from the prefill's ``logits [vocab]``; ``history``:
         the project-context cache's history before the first token (None: the cache is off);
         ``prompt_ids``: the prompt's token ids (drafts for speculative decoding; None: no drafts);
-        ``first_banned``: token ids refused at the first step (a retry after an empty attempt)."""
+        ``bans``: step (0-based) -> token ids refused there (a retry, :meth:`Engine._retry`)."""
         import torch
 
         from .decode import sample
@@ -139,8 +139,8 @@ class DecodeLoop:
             generator.manual_seed(plan.seed)
         stop_ids = set(self.builder.stop_ids) | set(self.index.vocab.eos_ids)
         dec = Decoding(sem=start.sem)
-        if first_banned and plan.constrained:
-            dec.banned[0] = list(first_banned)
+        if bans and plan.constrained:
+            dec.banned.update({step: list(ids) for step, ids in bans.items()})
         g = self.settings.generation
         if g.speculative and g.draft_tokens > 0 and plan.temperature <= 0 and prompt_ids is not None:
             dec.drafts = Drafts(g.draft_tokens, PromptLookup(list(prompt_ids)))

@@ -317,8 +317,11 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
         if shorter.strip() and valid(shorter) and not blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal):
             kept = shorter
             break
+    # where a retry should decide otherwise: the blamed name's start, or the word's end (rule 2), or
+    # the ``)`` that closed the def header (rule 3)
+    ban_at = min(b.at if b.rule == 1 else 0 if b.rule == 2 else max(0, text.rfind(")")) for b in blame)
     result.semantics["undefined"] = {"names": sorted({b.name for b in blame}), "rules": sorted({b.rule for b in blame}),
-                                     "kept": len(kept), "of": len(text)}
+                                     "kept": len(kept), "of": len(text), "ban_at": ban_at}
     result.validation = "truncated" if kept else "skipped"
     result.replace_suffix = 0
     result.semantics.pop("line_fix", None)

@@ -242,17 +242,34 @@ def test_a_line_before_an_indented_block_opens_one_and_explain_says_why(engine):
 
 
 def test_a_retry_reuses_the_first_attempts_plan_and_spec(engine, monkeypatch):
-    """``_retry_empty`` decodes again with the first attempt's plan and constraint spec (no second
+    """``_retry`` decodes again with the first attempt's plan and constraint spec (no second
     fingerprint, jedi query or document scan); the attempt is the one a fresh start would decode."""
     req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return os.path.", suffix="\n", max_tokens=6)
     first = engine._complete(req)
     banned = [first.trace[0].id]
-    fresh = engine._complete(req, first_banned=banned)
+    fresh = engine._complete(req, bans={0: banned})
     prior = engine._attempt
     calls = []
     real = engine.constraint_spec
     monkeypatch.setattr(engine, "constraint_spec", lambda *a, **k: calls.append(1) or real(*a, **k))
-    again = engine._complete(req, first_banned=banned, prior=prior)
+    again = engine._complete(req, bans={0: banned}, prior=prior)
     assert not calls and again.timings_ms["semantics"] == 0
     assert again.text == fresh.text and [s.id for s in again.trace] == [s.id for s in fresh.trace]
     assert again.trace[0].id != banned[0]
+
+
+def test_a_name_the_judge_blames_is_banned_at_its_step_on_a_retry(engine, monkeypatch):
+    """A completion cut back by pyflakes' names judge records the step and token that led to the
+    blamed name (``semantics["undefined"]["ban"]``); each retry bans that token at that step on
+    top of the bans before. Here the judge blames every text at its first character, so every
+    attempt is withheld and each one starts with another token."""
+    import engine.finish as finish_module
+    from engine.monitors.names_judge import Blame
+
+    monkeypatch.setattr(finish_module, "blamed", lambda *a, **k: [Blame("zz", 0, 1)])
+    req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return ", suffix="\n", max_tokens=6)
+    first = engine._complete(req)
+    assert first.text == "" and first.semantics["undefined"]["ban"] == [0, first.trace[0].id]
+    result = engine._retry(req, first)
+    assert result.retries == engine.settings.generation.retries == 2 and result.text == ""
+    assert not result.trace or result.trace[0].id != first.trace[0].id  # the last attempt started otherwise
