@@ -40,6 +40,7 @@ def test_a_half_typed_word_may_not_end_as_another_binding():
     prefix = "import mimetypes\ndef g(filename):\n    filepa"
     suffix = "\n    return filepath_with_abs_dir\n"
     assert names(prefix, " = mimetypes.types_map", suffix) == [("filepath_with_abs_dir", 2)]
+    assert names(prefix, "bilities = mimetypes.types_map", suffix) == [("filepath_with_abs_dir", 2)]
     assert names(prefix, "th_with_abs_dir = filename", suffix) == []
     assert names("class C:\n    def test(s", "):", "\n        return self.x\n") == [("self", 2)]
     assert names("class C:\n    def test(s", "elf):", "\n        return self.x\n") == []

@@ -10,8 +10,9 @@ A completion is blamed (:func:`blamed`) for an undefined name that
 
 1. it loads itself (the report lies in the inserted text: ``str(err)`` where no ``err`` is bound);
 2. the cursor's line or the text after it loads and that starts with the half-typed word the
-   completion ended (``filepa`` + `` = ...`` while a later line loads ``filepath_with_abs_dir``;
-   ``def f(s`` + ``):`` while the body loads ``self``; ``(name for n`` + `` in names)``);
+   completion ended or finished as another word (``filepa`` + `` = ...`` or ``bilities = ...``
+   while a later line loads ``filepath_with_abs_dir``; ``def f(s`` + ``):`` while the body loads
+   ``self``; ``(name for n`` + `` in names)``);
 3. the body of the ``def`` whose header the completion closes loads (``def __setitem__(self, `` +
    ``value):`` while the body loads ``name`` and ``val``: they were parameters).
 
@@ -143,7 +144,10 @@ def blamed(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "
     if not found:
         return []
     word = _cursor_word(prefix)
-    ends_word = bool(word) and not (text[0].isalnum() or text[0] == "_")
+    k = 0
+    while k < len(text) and (text[k].isalnum() or text[k] == "_"):
+        k += 1
+    finished = word + text[:k]  # the word the completion leaves at the cursor
     body = _closed_def_body(sk, prefix, text)
     line_start = sk.text.rfind("\n", 0, sk.start) + 1  # the cursor's line
     out = []
@@ -151,7 +155,7 @@ def blamed(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "
         at = offset - sk.start
         if sk.start <= offset < sk.end:
             out.append(Blame(name, at, 1))
-        elif offset >= line_start and ends_word and name != word and name.startswith(word):
+        elif offset >= line_start and word and name != finished and name.startswith(word):
             out.append(Blame(name, at, 2))
         elif body is not None and body[0] <= offset < body[1]:
             out.append(Blame(name, at, 3))
