@@ -132,9 +132,11 @@ class KVCache:
             self.cache.crop(keep - len(self.ids))  # transformers >= 5: a negative count removes tokens
         self.ids = self.ids[:keep]
 
-    def _forward(self, ids: list[int], keep_last: bool):
+    def _forward(self, ids: list[int], keep_last: bool, prefill: bool = False):
         inp = torch.tensor(ids, dtype=torch.long, device=self.device)  # [new_tokens]
         if self.own:
+            if prefill:  # prompt tokens: the prefill dtype, one token or many (engine.llama)
+                return self.model.forward(inp, prefill=True)  # [vocab]
             return self.model.decode_step(inp) if len(ids) == 1 else self.model.forward(inp)  # [vocab]
         if self.cache is None:
             from transformers import DynamicCache
@@ -175,7 +177,7 @@ class KVCache:
             while done < len(ids):
                 if stop is not None and stop.is_set():
                     return None, reuse
-                logits = self._forward(ids[done:done + step], keep_last=True)
+                logits = self._forward(ids[done:done + step], keep_last=True, prefill=True)
                 done = min(len(ids), done + step)
                 self.ids = list(ids[:done])
         except BaseException:

@@ -38,7 +38,6 @@ import torch.nn.functional as F
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 INITIAL_POSITIONS = 2048  # KV cache positions allocated at load (grown on demand up to the window)
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
-PREFILL_MIN_TOKENS = 32  # a forward of at least this many tokens runs in ``prefill_dtype`` when one is set
 ROPE_FACTORS = "rope_freqs.weight"  # GGUF (llama.cpp): per-frequency RoPE divisors ``[head_dim // 2]`` (Llama 3 bands)
 
 
@@ -249,10 +248,10 @@ class LlamaDecoder:
     _prefill = None  # (dtype, embed, layers, cos, sin) of the prefill copy, or None
 
     def set_prefill_dtype(self, dtype: torch.dtype | None) -> None:
-        """Run forwards of :data:`PREFILL_MIN_TOKENS` tokens or more (a prompt's prefill) with a copy
-        of the weights in ``dtype`` (None, or the model's dtype: no copy). On a CPU with AVX-512 BF16
-        or AMX, bfloat16 matrix products are about twice float32's; a decode step (one row) is not,
-        so decoding keeps the model's dtype. The KV cache stays in the model's dtype (keys and values
+        """Run prompt tokens (``forward(..., prefill=True)``) with a copy of the weights in ``dtype``
+        (None, or the model's dtype: no copy). On a CPU with AVX-512 BF16 or AMX, bfloat16 matrix
+        products over a prompt are about twice float32's; a decode step (one row) is not, so
+        decoding and speculative verification keep the model's dtype. The KV cache stays in the model's dtype (keys and values
         are cast as they are written and read) and the logits are computed in it."""
         if dtype is None or dtype == self.dtype:
             self._prefill = None
@@ -306,17 +305,19 @@ class LlamaDecoder:
         return mask
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, last_only: bool = True, prefill: bool = False) -> torch.Tensor:
         """Run ``ids`` (long ``[n]`` on the device) at positions ``length ...``, cache their keys and
         values, advance ``length`` by ``n``. Returns logits ``[vocab]`` for the last position when
-        ``last_only``, else ``[n, vocab]``, in the model's dtype (a long prompt runs in the prefill
-        dtype, :meth:`set_prefill_dtype`). Raises ValueError past the cache capacity (tokens)."""
+        ``last_only``, else ``[n, vocab]``, in the model's dtype. ``prefill``: these are prompt
+        tokens, run in the prefill dtype (:meth:`set_prefill_dtype`): every prompt token, however
+        the prompt is split into calls (a reused prefix, warm-up chunks), so that a completion does
+        not depend on what the cache held. Raises ValueError past the cache capacity (tokens)."""
         cfg = self.cfg
         start, n = self.length, int(ids.shape[0])
         end = start + n
         self._reserve(end)
         hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-        if self._prefill is not None and n >= PREFILL_MIN_TOKENS:
+        if prefill and self._prefill is not None:
             dtype, embed, layers, cos, sin = self._prefill
         else:
             dtype, embed, layers, cos, sin = self.dtype, self.embed, self.layers, self.cos, self.sin

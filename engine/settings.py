@@ -23,9 +23,10 @@ class ModelSettings:
     path: str = ""  # empty: the embedded default model | checkpoint directory | FILE.gguf | "ollama:NAME[:TAG]"
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU) | "float32" | "bfloat16" | "float16"
-    # the own decoder's prompt prefill: "auto" (bfloat16 on a CPU with AVX-512 BF16 or AMX when the
-    # model runs in float32; decode steps keep float32) | "same" (the model's dtype) | "bfloat16" | "float32"
-    prefill_dtype: str = "auto"
+    # the own decoder's prompt prefill: "same" (the model's dtype) | "auto" (bfloat16 on a CPU with
+    # AVX-512 BF16 or AMX when the model runs in float32: about twice as fast, but a completion may then
+    # depend on how much of the prompt the KV cache already held) | "bfloat16" | "float32"
+    prefill_dtype: str = "same"
     fim_template: str = "auto"  # "auto" | "fsm-complete" | "starcoder" | "qwen" | "deepseek" | "codellama"
     context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
     threads: int = 0  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)

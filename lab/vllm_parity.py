@@ -30,6 +30,7 @@ def _engine():
     engine.settings.context.cache_model = False  # vLLM mixes no project-context cache into its logits
     engine.settings.generation.retries = 0  # nor decodes an empty completion again (one attempt per request)
     engine.settings.model.dtype = "float32"
+    engine.settings.model.prefill_dtype = "same"  # vLLM prefills in float32 too (no bfloat16 copy)
     engine.load()
     return engine
 
