@@ -314,12 +314,15 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
     kept = ""
     for k in range(ends_at(pieces, text[:max(0, first)]), 0, -1):
         shorter = "".join(pieces[:k])
-        if shorter.strip() and valid(shorter) and not blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal):
+        if shorter.strip() and not shorter.rstrip(" \t").endswith(":") and valid(shorter) \
+                and not blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal):  # no block header left without its body
             kept = shorter
             break
     # where a retry should decide otherwise: the blamed name's start, or the word's end (rule 2), or
     # the ``)`` that closed the def header (rule 3)
     ban_at = min(b.at if b.rule == 1 else 0 if b.rule == 2 else max(0, text.rfind(")")) for b in blame)
+    if not kept:
+        ban_at = 0  # nothing of it can be shown: a retry starts otherwise
     result.semantics["undefined"] = {"names": sorted({b.name for b in blame}), "rules": sorted({b.rule for b in blame}),
                                      "kept": len(kept), "of": len(text), "ban_at": ban_at}
     result.validation = "truncated" if kept else "skipped"
