@@ -284,16 +284,9 @@ def document_names(text: str, cursor: int | None = None, path: str | None = None
         spans = []
     elif spans is None:
         spans = hidden_bodies(text, cursor)
-    declared: set[str] = set()
+    declared: frozenset = frozenset()
     if spans:
-        kept, at = [], 0
-        for a, b in spans:
-            kept.append(text[at:a])
-            for group in _DECLARED.findall(text, a, b):
-                declared.update(re.findall(r"[^\W\d]\w*", group))
-            at = b
-        kept.append(text[at:])
-        text = "\n".join(kept)
+        text, _, declared = stubbed(text, spans, 0)
     names, attributes = _scan(text)
     return DocumentNames(frozenset(names | declared | star), frozenset(attributes), dynamic)
 

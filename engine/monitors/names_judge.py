@@ -31,7 +31,9 @@ import ast
 import re
 from dataclasses import dataclass
 
+from .base import ident_char
 from .name_table import MODULE_DUNDERS, hidden_scopes, stubbed
+from .names import _cursor_word
 
 _DEF_HEADER = re.compile(r"[ \t]*(?:async[ \t]+)?def[ \t]")
 
@@ -105,14 +107,6 @@ def _undefined(sk: Skeleton) -> list[tuple[str, int]] | None:
     return out
 
 
-def _cursor_word(prefix: str) -> str:
-    k = len(prefix)
-    while k and (prefix[k - 1].isalnum() or prefix[k - 1] == "_"):
-        k -= 1
-    word = prefix[k:]
-    return word if word and not word[0].isdigit() else ""
-
-
 def _closed_def_body(sk: Skeleton, prefix: str, text: str) -> tuple[int, int] | None:
     """The span of the body of the ``def`` whose header the completion ends (the cursor's line is
     that header and the text ends it with ``:``), in skeleton offsets; None otherwise."""
@@ -145,7 +139,7 @@ def blamed(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "
         return []
     word = _cursor_word(prefix)
     k = 0
-    while k < len(text) and (text[k].isalnum() or text[k] == "_"):
+    while k < len(text) and ident_char(text[k]):
         k += 1
     finished = word + text[:k]  # the word the completion leaves at the cursor
     body = _closed_def_body(sk, prefix, text)
