@@ -38,7 +38,7 @@ from .monitors.filter import SemanticFilter
 from .monitors.setup import RequiredArgumentTables, describe
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
 from .settings import Settings
-from .spec import ConstraintSpec, constraint_spec, start_from_spec
+from .spec import ConstraintSpec, constraint_spec, healed_space, start_from_spec
 from .stages import Stages
 from .step_mask import StepMask
 from .text import normalize_eol, original_length, scalar_text
@@ -434,8 +434,9 @@ class Engine(DecodeLoop):
         is an earlier attempt's; sent through JSON first when :attr:`wire_spec` is set, as a
         remote backend would). Adds the semantic monitors' setup time (jedi) to ``stages.semantics``."""
         s = self.settings
-        if not plan.constrained:
-            return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None)
+        if not plan.constrained:  # token healing still applies: no FSM, but a space typed last is given back
+            return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None,
+                         heal=healed_space(plan.prefix, plan.cursor_line))
         if spec is None:
             spec = self.constraint_spec(req, plan, stages)
         if self.wire_spec:

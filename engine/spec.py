@@ -242,6 +242,14 @@ class ConstraintSpec:
 # -- building it (where the document lives) ---------------------------------------------------------
 
 
+def healed_space(prefix: str, cursor_line: str) -> str:
+    """The space token healing gives back to the model: ``" "`` when ``prefix`` ends with exactly one
+    space after text on the cursor's line (BPE vocabularies carry the space at the start of the next
+    word: a prompt ending in a lone space is one the model has rarely seen; Lundberg's token healing,
+    guidance), else ``""``. The first token must then start with it."""
+    return " " if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  ") else ""
+
+
 def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids=(), stop_tokens=(),
                     vocab_digest: str = "", stages=None) -> ConstraintSpec:
     """The spec of a constrained request (``plan.constrained``): lex the prefix
@@ -261,7 +269,7 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
     prefix, cursor_line = plan.prefix, plan.cursor_line
     heal = ""
     state = None
-    if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  "):
+    if healed_space(prefix, cursor_line):
         state, _recoveries = prefix_lexer.lex(prefix[:-1], style)
         heal = " " if state.mode not in PROSE_MODES else ""
     if not heal:

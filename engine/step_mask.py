@@ -117,6 +117,7 @@ class StepMask:
         undecodable = np.array([t is None for t in tokens], dtype=bool)
         undecodable[[i for i in set(stop_ids) if i < size]] = False
         self._undecodable = self._to_device(self.fit_logits(undecodable))
+        self._heal_blocked = self._to_device(self.fit_logits(undecodable | ~self.starts_space))
         self.memo = MaskMemo()
         self.domain_words: list[str] = []
         self._domain_ids: dict = {}  # word fragment -> boosted token ids (see domain_boost)
@@ -204,12 +205,13 @@ class StepMask:
             return np.concatenate([blocked, np.ones(extra, dtype=bool)])
         return blocked[: self.logit_size]
 
-    def decodable(self, logits):
+    def decodable(self, logits, heal: str = ""):
         """``logits [logit_size]`` with the ids the tokenizer cannot decode set to -inf (the
-        unconstrained step's only mask)."""
+        unconstrained step's only mask); ``heal`` (a healed space, first step only): also every
+        token that does not start with it (token healing)."""
         from .decode import mask_logits
 
-        return mask_logits(logits, self._undecodable)
+        return mask_logits(logits, self._heal_blocked if heal else self._undecodable)
 
     def _to_device(self, array: np.ndarray):
         import torch

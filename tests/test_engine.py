@@ -273,3 +273,13 @@ def test_a_name_the_judge_blames_is_banned_at_its_step_on_a_retry(engine, monkey
     result = engine._retry(req, first)
     assert result.retries == engine.settings.generation.retries == 2 and result.text == ""
     assert not result.trace or result.trace[0].id != first.trace[0].id  # the last attempt started otherwise
+
+
+@pytest.mark.parametrize("constraints", [True, False])
+def test_a_typed_space_is_healed_with_and_without_constraints(engine, constraints):
+    """Token healing is the prompt's business, not the FSM's: unconstrained decoding gives the typed
+    space back too, so the first token starts with it and the text does not (no ``==  '__main__'``)."""
+    result = engine.complete(CompletionRequest(prefix="import sys\n\nif __name__ == ", suffix="\n",
+                                               constraints=constraints))
+    assert result.text and not result.text.startswith(" "), repr(result.text)
+    assert result.trace[0].text.startswith(" "), result.trace[0]
