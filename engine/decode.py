@@ -88,6 +88,22 @@ def free_cores(limit: int, loadavg: str | None = None, cpus: int | None = None) 
     return max(1, min(limit, cpus - max(0, running - 1)))
 
 
+def aligned_reuse(reuse: int, total: int, low_end: int, block_start) -> tuple[int, int]:
+    """``(keep, bulk)`` for a prompt of ``total`` tokens whose first ``reuse`` are cached, when whole
+    blocks at fixed positions run in a lower precision (``block_start(p)``: the first position of
+    the block holding ``p``; :attr:`engine.llama.LlamaDecoder.prefill_blocks`) and the cache's
+    first ``low_end`` positions were computed so. ``bulk``: the positions the prompt computes in
+    blocks (the whole blocks before the one holding its last token); ``keep``: how many cached
+    positions stay valid, so that every position ends up computed as a fresh prefill of the same
+    prompt would compute it (blocks below ``bulk``, the model's dtype from there on). A partly
+    reused block is run again whole; so is a model-dtype position that is now in a block, and a
+    block position that is now past ``bulk``. Positions are 0-based token counts."""
+    bulk = block_start(total - 1)
+    if reuse < bulk or low_end < bulk:
+        return block_start(min(reuse, low_end)), bulk
+    return (bulk if low_end > bulk else reuse), bulk
+
+
 class KVCache:
     """The model's KV cache for the last sequence, reusing its longest shared prefix.
 
@@ -99,7 +115,8 @@ class KVCache:
     head over the whole prompt was a third of a CPU prefill) and, on the CPU, runs with up to
     ``prefill_threads`` threads (matrix products over the whole prompt), as many as other processes
     leave free (:func:`free_cores`), while single-token decode steps and draft verification keep the
-    model's own thread count (one for small models: see ``engine.model``).
+    model's own thread count (one for small models: see ``engine.model``); so do a prompt's
+    low-precision blocks (:func:`aligned_reuse`), whose rounding depends on how the work is split.
 
     ``prefill(ids)`` returns the last position's logits ``[vocab]`` and how many tokens were reused.
     """
@@ -135,7 +152,7 @@ class KVCache:
     def _forward(self, ids: list[int], keep_last: bool, prefill: bool = False):
         inp = torch.tensor(ids, dtype=torch.long, device=self.device)  # [new_tokens]
         if self.own:
-            if prefill:  # prompt tokens: the prefill dtype, one token or many (engine.llama)
+            if prefill:  # a whole prompt block in the prefill dtype (engine.llama.LlamaDecoder.prefill_block)
                 return self.model.forward(inp, prefill=True)  # [vocab]
             return self.model.decode_step(inp) if len(ids) == 1 else self.model.forward(inp)  # [vocab]
         if self.cache is None:
@@ -159,17 +176,20 @@ class KVCache:
         n = min(len(ids) - 1, len(self.ids))
         while reuse < n and ids[reuse] == self.ids[reuse]:
             reuse += 1
+        blocks = self.own and self.model.prefill_blocks
+        bulk = 0
+        if blocks:  # low-precision blocks (engine.llama.LlamaDecoder.prefill_blocks)
+            reuse, bulk = aligned_reuse(reuse, len(ids), self.model.low_end, self.model.block_start)
         if reuse == 0:
             self.reset()
         elif len(self.ids) > reuse:
             self._crop(reuse)
         threads = torch.get_num_threads()
         many = self.device.type == "cpu" and self.prefill_threads > threads and len(ids) - reuse >= 32
+        want = threads
         if many:
             want = free_cores(self.prefill_threads)  # the cores other processes leave free now
             many = want > threads
-            if many:
-                torch.set_num_threads(want)
         logits = None
         try:
             done = reuse
@@ -177,8 +197,12 @@ class KVCache:
             while done < len(ids):
                 if stop is not None and stop.is_set():
                     return None, reuse
-                logits = self._forward(ids[done:done + step], keep_last=True, prefill=True)
-                done = min(len(ids), done + step)
+                low = done < bulk
+                end = self.model.block_end(done) if low else min(len(ids), done + step)
+                if many:  # low-precision blocks: always the same threads (their rounding depends on the split)
+                    torch.set_num_threads(threads if low else want)
+                logits = self._forward(ids[done:end], keep_last=True, prefill=low)
+                done = end
                 self.ids = list(ids[:done])
         except BaseException:
             self.reset()  # a failed forward may have left the cache ahead of ``ids``

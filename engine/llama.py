@@ -241,18 +241,22 @@ class LlamaDecoder:
         # [layers, k/v, batch 1, kv_heads, allocated positions, head_dim]
         self.kv = self._new_cache(min(self.capacity, INITIAL_POSITIONS))
         self.length = 0  # cached positions (host int: no device sync to read it)
+        self.low_end = 0  # the leading cached positions computed in the prefill dtype (whole aligned blocks)
         self.parameters = sum(int(t.numel()) for name, t in weights.items() if name != ROPE_FACTORS)
 
     # -- prefill in another dtype ------------------------------------------------------------------
 
     _prefill = None  # (dtype, embed, layers, cos, sin) of the prefill copy, or None
+    PREFILL_BLOCKS = (256, 128)  # positions of the first low-precision prefill block, then of each next one
 
     def set_prefill_dtype(self, dtype: torch.dtype | None) -> None:
-        """Run prompt tokens (``forward(..., prefill=True)``) with a copy of the weights in ``dtype``
-        (None, or the model's dtype: no copy). On a CPU with AVX-512 BF16 or AMX, bfloat16 matrix
-        products over a prompt are about twice float32's; a decode step (one row) is not, so
-        decoding and speculative verification keep the model's dtype. The KV cache stays in the model's dtype (keys and values
-        are cast as they are written and read) and the logits are computed in it."""
+        """Run whole blocks of prompt tokens (``forward(..., prefill=True)``, see :attr:`prefill_blocks`)
+        with a copy of the weights in ``dtype`` (None, or the model's dtype: no copy). On a CPU with
+        AVX-512 BF16 or AMX, bfloat16 matrix products over a prompt are about twice float32's; a decode
+        step (one row) is not, so decoding and speculative verification keep the model's dtype. The
+        KV cache stays in the model's dtype (keys and values are cast as they are written and read)
+        and the logits are computed in it."""
+        self.low_end = 0
         if dtype is None or dtype == self.dtype:
             self._prefill = None
             return
@@ -263,6 +267,29 @@ class LlamaDecoder:
     @property
     def prefill_dtype(self) -> torch.dtype:
         return self._prefill[0] if self._prefill is not None else self.dtype
+
+    @property
+    def prefill_blocks(self) -> bool:
+        """Does a prompt run in low-precision blocks (a prefill copy is set)? A bfloat16 product's
+        rounding depends on the shape it runs in, so a row computed alone differs from the same row
+        computed in a long prompt (logits by up to 0.07 on the shipped model): a completion would
+        depend on how the cache was filled (a warm-up, a reused prefix). So only whole blocks at
+        fixed positions (:meth:`block_start`) run in the prefill dtype, always with the same shapes
+        (a block's queries over the keys up to its end); the rest of a prompt runs in the model's
+        dtype (:func:`engine.decode.aligned_reuse` keeps the cache to that rule)."""
+        return self._prefill is not None
+
+    def block_start(self, position: int) -> int:
+        """The first position of the low-precision block that holds ``position`` (0-based): blocks
+        of :data:`PREFILL_BLOCKS` ``[0]`` positions, then ``[1]`` each (a long first block: one
+        large product for the bulk of a prompt, smaller ones where typing moves its end)."""
+        first, step = self.PREFILL_BLOCKS
+        return 0 if position < first else first + (position - first) // step * step
+
+    def block_end(self, start: int) -> int:
+        """The end (exclusive) of the low-precision block starting at ``start``."""
+        first, step = self.PREFILL_BLOCKS
+        return first if start == 0 else start + step
 
     # -- cache --------------------------------------------------------------------------------------
 
@@ -287,6 +314,7 @@ class LlamaDecoder:
         if not 0 <= n <= self.length:
             raise ValueError(f"cannot keep {n} of {self.length} cached positions")
         self.length = n
+        self.low_end = min(self.low_end, n)
 
     # -- forward ------------------------------------------------------------------------------------
 
@@ -308,16 +336,21 @@ class LlamaDecoder:
     def forward(self, ids: torch.Tensor, last_only: bool = True, prefill: bool = False) -> torch.Tensor:
         """Run ``ids`` (long ``[n]`` on the device) at positions ``length ...``, cache their keys and
         values, advance ``length`` by ``n``. Returns logits ``[vocab]`` for the last position when
-        ``last_only``, else ``[n, vocab]``, in the model's dtype. ``prefill``: these are prompt
-        tokens, run in the prefill dtype (:meth:`set_prefill_dtype`): every prompt token, however
-        the prompt is split into calls (a reused prefix, warm-up chunks), so that a completion does
-        not depend on what the cache held. Raises ValueError past the cache capacity (tokens)."""
+        ``last_only``, else ``[n, vocab]``, in the model's dtype. ``prefill``: a whole prompt block
+        (:meth:`block_start`, right after the blocks already run so),
+        run in the prefill dtype (:meth:`set_prefill_dtype`); the model's dtype without a prefill
+        copy. Raises ValueError past the cache capacity (tokens) or for a block out of that order."""
         cfg = self.cfg
         start, n = self.length, int(ids.shape[0])
         end = start + n
+        low = prefill and self._prefill is not None
+        if low and (start != self.low_end or self.block_start(start) != start or self.block_end(start) != end):
+            raise ValueError(f"the next prefill block is positions {self.low_end} to {self.block_end(self.low_end)}, "
+                             f"not {start} to {end}")
         self._reserve(end)
         hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-        if prefill and self._prefill is not None:
+        if low:
+            self.low_end = end
             dtype, embed, layers, cos, sin = self._prefill
         else:
             dtype, embed, layers, cos, sin = self.dtype, self.embed, self.layers, self.cos, self.sin

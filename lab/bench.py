@@ -114,8 +114,12 @@ def summarize_stages(rows: list[dict]) -> dict:
     sums = {k: round(sum(r.get("stages_ms", {}).get(k, 0.0) for r in rows), 2) for k in STAGES}
     total = sum(r.get("latency_ms", 0.0) for r in rows)
     share = {k: round(v / total, 4) if total else 0.0 for k, v in sums.items()}
+    warm = [r["warm_stages_ms"] for r in rows if r.get("warm_stages_ms") and not r.get("warm_typed_through")]
     return {"stages_ms": sums, "stages_share": share,
-            "model_share": round((sums["prefill"] + sums["forward"]) / total, 4) if total else 0.0}
+            "model_share": round((sums["prefill"] + sums["forward"]) / total, 4) if total else 0.0,
+            # the next keystroke when it decodes again: the median of each stage (ms)
+            "warm_stages_ms_p50": {k: _pct([w.get(k, 0.0) for w in warm], 50) for k in (*STAGES, "total")}
+            if warm else {}}
 
 
 def _request(task: Task, **kw):
@@ -175,6 +179,7 @@ def run_task(engine, task: Task, constrained: bool, seed: int, warm: bool, proje
                                          constraints=constrained, seed=seed, project=project))
         row["warm_ms"] = (time.perf_counter() - t0) * 1e3
         row["warm_typed_through"] = again.typed_through > 0  # the typed character began the completion
+        row["warm_stages_ms"] = again.timings_ms
     return row
 
 

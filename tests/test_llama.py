@@ -204,29 +204,86 @@ def test_the_kv_cache_grows_on_demand_and_keeps_what_it_holds(tmp_path, monkeypa
 
 
 def test_a_bfloat16_prefill_keeps_the_float32_cache_and_decode(shipped):
-    """``set_prefill_dtype(bfloat16)``: a prompt runs on a bfloat16 copy of the weights (native
-    bfloat16 products on AVX-512 BF16/AMX CPUs), the KV cache and the logits stay float32, decode
-    steps run in float32; the logits stay within bfloat16's precision of the float32 run and the
-    next token agrees."""
+    """``set_prefill_dtype(bfloat16)``: whole prompt blocks run on a bfloat16 copy of the weights
+    (native bfloat16 products on AVX-512 BF16/AMX CPUs), the KV cache and the logits stay float32,
+    the prompt's last block and decode steps run in float32; the logits stay within bfloat16's
+    precision of the float32 run and the next token agrees."""
     _, own = shipped
     ids = random_ids(300, 8192, seed=7)
     own.truncate(0)
     want = own.forward(torch.tensor(ids[:290]))
     want_steps = [own.forward(torch.tensor(ids[i:i + 1])) for i in range(290, 300)]
+    kv = KVCache(own, CPU)
     try:
         own.set_prefill_dtype(torch.bfloat16)
-        assert own.prefill_dtype == torch.bfloat16
-        own.truncate(0)
-        got = own.forward(torch.tensor(ids[:290]), prefill=True)
+        assert own.prefill_dtype == torch.bfloat16 and own.prefill_blocks
+        kv.reset()
+        got, _ = kv.prefill(ids[:290])
+        assert own.low_end == 256  # the first block; positions 256 ... 289 in float32
         assert got.dtype == torch.float32 and own.kv.dtype == torch.float32
         assert got.argmax() == want.argmax()
         assert (got - want).abs().max().item() < 0.05 * want.abs().max().item()
         for i, step in zip(range(290, 300), want_steps):  # one token at a time: float32 weights
             got = own.forward(torch.tensor(ids[i:i + 1]))
             assert (got - step).abs().max().item() < 0.05 * step.abs().max().item()
+        with pytest.raises(ValueError, match="prefill block"):  # a block out of its place
+            own.forward(torch.tensor(ids[:10]), prefill=True)
     finally:
         own.set_prefill_dtype(None)
-    assert own.prefill_dtype == torch.float32
+    assert own.prefill_dtype == torch.float32 and not own.prefill_blocks
+
+
+def test_a_bfloat16_prefill_does_not_depend_on_how_the_cache_was_filled(shipped):
+    """The same prompt gives the same logits (float32's rounding, 1e-4) whether it is prefilled at
+    once or reached by typing, deleting and warm-up chunks: every position is computed as a fresh
+    prefill computes it (bfloat16 only in whole aligned blocks, engine.decode.aligned_reuse). Run
+    unaligned, bfloat16 moved these logits by up to 0.07 and changed completions (R11, session 8)."""
+    _, own = shipped
+    ids = random_ids(400, 8192, seed=11)
+    kv = KVCache(own, CPU)
+    try:
+        own.set_prefill_dtype(torch.bfloat16)
+        for target in (400, 385, 384, 333, 257, 256, 129):
+            kv.reset()
+            fresh, _ = kv.prefill(ids[:target])
+            kv.reset()
+            kv.prefill(ids[:37])
+            kv.prefill(ids[:70], chunk=16)  # a warm-up in chunks
+            edited = ids[:50] + [5] + ids[51:]
+            kv.prefill(edited[:200])  # an edit inside an earlier block
+            for n in range(min(target - 3, 180), target + 1, 1 if target < 140 else 5):  # typing
+                got, _ = kv.prefill(ids[:n])
+            kv.prefill(ids[:target] + ids[:3])  # past the target, then back to it
+            got, _ = kv.prefill(ids[:target])
+            assert (got - fresh).abs().max().item() < TOL, target
+            assert own.low_end == own.block_start(target - 1)
+    finally:
+        own.set_prefill_dtype(None)
+
+
+@pytest.mark.parametrize("reuse, total, low_end, want", [
+    (0, 300, 0, (0, 256)),        # nothing cached
+    (100, 300, 128, (64, 256)),   # a partly reused block runs again whole
+    (290, 300, 256, (290, 256)),  # typing in the float32 tail
+    (290, 300, 192, (192, 256)),  # a float32 position that now lies in a block
+    (200, 230, 256, (192, 192)),  # a block position now past the blocks: float32 again
+    (64, 65, 64, (64, 64)),       # the last token always runs in float32
+    (63, 64, 64, (0, 0)),         # ... so a prompt of one block has no block
+])
+def test_aligned_reuse_keeps_what_a_fresh_prefill_would_compute(reuse, total, low_end, want):
+    from engine.decode import aligned_reuse
+
+    assert aligned_reuse(reuse, total, low_end, lambda p: p // 64 * 64) == want  # blocks of 64
+
+
+def test_the_shipped_blocks_are_one_of_256_then_128_each(shipped):
+    from engine.decode import aligned_reuse
+
+    _, own = shipped
+    assert [own.block_start(p) for p in (0, 255, 256, 383, 384, 407)] == [0, 0, 256, 256, 384, 384]
+    assert [own.block_end(p) for p in (0, 256, 384)] == [256, 384, 512]
+    assert aligned_reuse(300, 408, 256, own.block_start) == (256, 384)  # the block 256 ... 383 runs whole
+    assert aligned_reuse(400, 408, 384, own.block_start) == (400, 384)  # typing in the tail
 
 
 def test_the_prefill_dtype_setting_resolves_per_machine():
