@@ -299,12 +299,18 @@ def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion
     return ""
 
 
+def _monitored_document(cur: Cursor) -> str:
+    """The document as the semantic monitors read it (without the healed space; :mod:`engine.spec`):
+    the same text, so the memoised scans of it (:func:`is_dynamic`) are not repeated."""
+    return cur.prefix[: len(cur.prefix) - len(cur.heal)] + cur.suffix
+
+
 def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:
     """pyflakes' word on the names of the final text (:func:`engine.monitors.names_judge.blamed`),
     where the semantic monitors ran and the document's namespace is static: a text blamed for an undefined name is cut back to the longest
     piece prefix that ends before the first blamed name, is valid and is blamed for none, or to
     nothing. Records ``semantics["undefined"]`` (the blamed names and what was kept)."""
-    if cur.start is None or not text or result.cancelled or is_dynamic(cur.prefix + cur.suffix):
+    if cur.start is None or not text or result.cancelled or is_dynamic(_monitored_document(cur)):
         return text
     blame = blamed(cur.prefix, text, cur.suffix, result.replace_suffix, cur.heal)
     if not blame:

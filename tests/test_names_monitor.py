@@ -377,3 +377,67 @@ def test_underscore_is_a_name_to_bind_outside_case_patterns():
     for bound in ("import gettext\n_ = gettext.gettext\n", "for _ in range(3):\n    pass\n"):
         refusal, _, _ = run(bound + "def f():\n    █\n", "name = _('x')\n")
         assert refusal is None, (bound, refusal)
+
+
+def test_the_scopes_of_a_typing_session_are_those_of_a_fresh_scan():
+    """Typing reuses the last document's scopes, moved, when the edit cannot change the structure
+    (engine.monitors.name_table._shifted_scopes); at every step of a random session on real files
+    (identifiers, operators, brackets, quotes, colons, backslashes, line breaks, def/class, deletions,
+    the cursor jumping) they equal a fresh scan, and most steps do reuse them."""
+    import random
+
+    from engine.monitors import name_table
+    from lab.corpus import held_out_files
+
+    rnd = random.Random(3)
+    typed = list("abcxyz_ 01+-=*.,") * 4 + list(":()[]{}'\"#\\") + ["\n", "    ", "def ", "class ", '"""']
+    steps = reused = 0
+    for path in rnd.sample(held_out_files(), 8):
+        text = path.read_text(encoding="utf-8")
+        name_table._RECENT_SCOPES.clear()
+        cursor = rnd.randrange(len(text) + 1)
+        for _ in range(40):
+            if rnd.random() < 0.7:
+                piece = rnd.choice(typed)
+                text, cursor = text[:cursor] + piece + text[cursor:], cursor + len(piece)
+            else:
+                k = rnd.randrange(1, 4)
+                text, cursor = text[:max(0, cursor - k)] + text[cursor:], max(0, cursor - k)
+            if rnd.random() < 0.1:
+                cursor = rnd.randrange(len(text) + 1)
+            moved = next((name_table._shifted_scopes(old, text, scopes)
+                          for old, scopes in reversed(name_table._RECENT_SCOPES)), None)
+            reused += moved is not None
+            assert name_table._scopes(text) == name_table._scan_scopes(text), (path.name, cursor)
+            steps += 1
+    assert reused > steps // 4, (reused, steps)
+
+
+@pytest.mark.parametrize("old, at, typed", [
+    ("def f(a,\n      b): \n    return a\n\nx = 1\n", 19, "a"),  # code after a header's colon: a one-line body
+    ('x = "a\\" + f(\ndef g():\n    return 1\n', 7, "x"),  # after a backslash: the quote is no longer escaped
+    ('x = """abc\ndef g():\n    pass\n"""\n', 5, "y"),  # between quotes: no longer a triple-quoted string
+    ("x = 1\nde = 2\n    y = 3\n", 8, "f f():"),  # a def header typed
+])
+def test_an_edit_that_changes_the_structure_is_scanned_again(old, at, typed):
+    from engine.monitors import name_table
+
+    name_table._RECENT_SCOPES.clear()
+    name_table._scopes(old)
+    new = old[:at] + typed + old[at:]
+    assert name_table._shifted_scopes(old, new, name_table._scan_scopes(old)) is None
+    assert name_table._scopes(new) == name_table._scan_scopes(new) != name_table._scan_scopes(old)
+
+
+@pytest.mark.parametrize("old, at, typed", [
+    ("def f(a,\n      b): return a\n\nx = 1\n", 16, "c"),  # right before the parameter list's ")"
+    ("def f(a,\n      b): return a\n\nx = 1\n", 27, "b"),  # at the end of a one-line body
+    ("def f(a,\n      b):\n    return a\n", 31, " + 1"),  # at the end of the text
+    ("class C:\n    def m(self):\n        return self.x\n", 44, "yz"),  # inside a body
+])
+def test_an_edit_that_keeps_the_structure_moves_the_scopes(old, at, typed):
+    from engine.monitors import name_table
+
+    new = old[:at] + typed + old[at:]
+    moved = name_table._shifted_scopes(old, new, name_table._scan_scopes(old))
+    assert moved is not None and moved == name_table._scan_scopes(new)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ..lexing.vocabulary import SOFT_KEYWORDS
+from ..text import common_prefix, common_suffix
 
 MODULE_DUNDERS = frozenset({
     "__name__", "__file__", "__doc__", "__package__", "__spec__", "__loader__", "__path__", "__builtins__",
@@ -65,6 +66,10 @@ _TOKEN = re.compile(r'''
   | (?P<num>\d[\w.]*)
 ''', re.VERBOSE | re.MULTILINE)
 _FIELD_NAME = re.compile(r"(?<![.\w])([^\W\d]\w*)")
+# the strings and comments of :data:`_TOKEN` alone, without a match (and a Python call) per name; a
+# quote can follow a name's letters only where a keyword meets a string (``if"x"``), and then the
+# string prefix may take the keyword's last letters, which changes no :data:`_DYNAMIC` match
+_PROSE = re.compile(_TOKEN.pattern.split("| (?P<name>")[0], re.VERBOSE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,8 @@ class DocumentNames:
 
 
 def _blank(text: str) -> str:
-    return "".join(ch if ch == "\n" else " " for ch in text)
+    """``text`` with every character but line breaks a space."""
+    return "\n".join(" " * len(part) for part in text.split("\n"))
 
 
 def is_dynamic(text: str, path: str | None = None) -> bool:
@@ -91,13 +97,14 @@ def is_dynamic(text: str, path: str | None = None) -> bool:
     return namespace(text, path)[0]
 
 
+@functools.lru_cache(maxsize=4)  # the names monitor's setup and the names judge ask about the same document
 def namespace(text: str, path: str | None = None, depth: int = 0) -> tuple[bool, frozenset]:
     """``(dynamic, star_names)``: :func:`is_dynamic`, and the names the document's star imports
     bring when every one of them resolves to Python source (empty otherwise). ``depth``: how many
     star imports led here (see :data:`_STAR_DEPTH`)."""
     if not any(_dynamic_matches(text)):
         return False, frozenset()
-    code = _TOKEN.sub(lambda m: _blank(m.group()) if m.lastgroup in ("str", "comment") else m.group(), text)
+    code = _PROSE.sub(lambda m: _blank(m.group()), text)  # strings and comments blanked
     star: set[str] = set()
     for m in _dynamic_matches(code):
         if _binds_nothing(code, m):
@@ -353,10 +360,84 @@ def hidden_scopes(text: str, cursor: int) -> tuple[tuple[int, int], ...]:
 
 @functools.lru_cache(maxsize=4)  # the names monitor's setup and its judge ask about the same document
 def scope_spans(text: str, cursor: int) -> tuple[tuple, tuple]:
-    """``(hidden_bodies, hidden_scopes)`` of ``text`` at ``cursor``, read in one pass."""
+    """``(hidden_bodies, hidden_scopes)`` of ``text`` at ``cursor``: the scopes of :func:`_scopes`
+    that do not hold the cursor."""
     spans: list[tuple[int, int]] = []
-    opened: list[list] = []  # [def column, body start, one-line body, parameter list span, is a class]
     classes: list[tuple[int, int]] = []
+    for start, end, between, is_class in _scopes(text):
+        if start <= cursor <= end:
+            continue
+        if is_class:
+            classes.append((start, end))
+        else:
+            spans.extend([between, (start, end)] if between[0] >= 0 else [(start, end)])
+    return _outermost(spans), _outermost(spans + classes)
+
+
+_RECENT_SCOPES: list[tuple[str, tuple]] = []  # the last documents scanned, newest last (see _scopes)
+_STRUCTURE_CHARS = frozenset(":()[]{}'\"#\\")  # what an edit may not type or delete (see _shifted_scopes)
+_HEADER_WORD = re.compile(r"\b(?:def|class)\b")
+
+
+def _scopes(text: str) -> tuple[tuple, ...]:
+    """Every ``def`` and ``class`` of ``text`` as ``(body start, body end, parameter list span or
+    (-1, -1), is a class)``, in the order their bodies end (:func:`_scan_scopes`). Typing would cost a
+    scan of the whole document at every keystroke, so a document that differs from one of the last
+    few scanned by an edit that cannot change its structure (:func:`_shifted_scopes`) has that one's
+    scopes, moved."""
+    for old, scopes in reversed(_RECENT_SCOPES):
+        if old is text or old == text:
+            return scopes
+    for old, scopes in reversed(_RECENT_SCOPES):
+        moved = _shifted_scopes(old, text, scopes)
+        if moved is not None:
+            break
+    else:
+        moved = _scan_scopes(text)
+    _RECENT_SCOPES[:] = [*_RECENT_SCOPES[-2:], (text, moved)]
+    return moved
+
+
+def _shifted_scopes(old: str, new: str, scopes: tuple) -> tuple | None:
+    """``scopes`` of ``old`` moved to ``new``, when ``new`` is ``old`` with one edit that the scan
+    reads as the same tokens but one: the edit is inside one line, after its first token, types and
+    deletes no bracket, colon, quote, ``#`` or backslash, does not follow a backslash or sit between
+    two quotes (an escape, ``\"\"\"``), does not follow a colon with nothing after it (a header's
+    one-line body), and neither version of the line has a ``def`` or ``class``. Every scope then
+    stays where it was, shifted by the edit's length past it. None otherwise (the caller scans)."""
+    p = common_prefix(old, new)
+    q = common_suffix(old, new, p)
+    typed, removed = new[p: len(new) - q], old[p: len(old) - q]
+    if "\n" in typed or "\n" in removed or _STRUCTURE_CHARS.intersection(typed + removed):
+        return None
+    start = old.rfind("\n", 0, p) + 1
+    before = old[start:p]
+    after = old[len(old) - q:]
+    if not before.strip(" \t") or before[-1:] == "\\" or (before[-1:] in "'\"" and after[:1] in "'\""):
+        return None
+    colon = before.rfind(":")
+    if colon >= 0 and not before[colon + 1:].strip(" \t"):
+        return None
+    line_end = after.find("\n")
+    if _HEADER_WORD.search(before + removed + after[: line_end if line_end >= 0 else len(after)]) or \
+            _HEADER_WORD.search(before + typed + after[: line_end if line_end >= 0 else len(after)]):
+        return None
+    delta = len(new) - len(old)
+
+    def token_end(x: int) -> int:  # a position right after a token (a colon, a "(")
+        return x + delta if x > p else x
+
+    def token_start(x: int) -> int:  # a position right before a token (a ")", a line break, a line, the end)
+        return x + delta if x >= p else x
+
+    return tuple((token_end(a), token_start(b), (token_end(between[0]), token_start(between[1])) if between[0] >= 0 else between,
+                  is_class) for a, b, between, is_class in scopes)
+
+
+def _scan_scopes(text: str) -> tuple[tuple, ...]:
+    """The scopes of :func:`_scopes`, read in one pass of the names scanner's tokens."""
+    found: list[tuple] = []
+    opened: list[list] = []  # [def column, body start, one-line body, parameter list span, is a class]
     depth = 0
     line_start = 0  # offset of the current physical line
     first = True  # the next token is the first of a logical line
@@ -372,12 +453,7 @@ def scope_spans(text: str, cursor: int) -> tuple[tuple, tuple]:
             hide(*opened.pop(), pos)
 
     def hide(_col, start: int, _one_line, between: tuple, is_class: bool, pos: int) -> None:
-        if start <= cursor <= pos:
-            return
-        if is_class:
-            classes.append((start, pos))
-        else:
-            spans.extend([between, (start, pos)] if between[0] >= 0 else [(start, pos)])
+        found.append((start, pos, between, is_class))
 
     for m in _SCOPE_TOKEN.finditer(text):
         kind = m.lastgroup
@@ -423,7 +499,8 @@ def scope_spans(text: str, cursor: int) -> tuple[tuple, tuple]:
             header_col, after_colon = -1, True
     while opened:
         hide(*opened.pop(), len(text))
-    return _outermost(spans), _outermost(spans + classes)
+    return tuple(found)
+
 
 
 def stubbed(text: str, spans, at: int) -> tuple[str, int, frozenset]:
