@@ -23,10 +23,11 @@ class ModelSettings:
     path: str = ""  # empty: the embedded default model | checkpoint directory | FILE.gguf | "ollama:NAME[:TAG]"
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     dtype: str = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU) | "float32" | "bfloat16" | "float16"
-    # the own decoder's prompt prefill: "auto" (bfloat16 blocks on a CPU with AVX-512 BF16 or AMX when
-    # the model runs in float32: a cold 408-token prompt in about 2/3 of float32's time; the blocks sit
-    # at fixed positions, so a completion does not depend on what the KV cache held) | "same" (the
-    # model's dtype) | "bfloat16" | "float32"
+    # the own decoder's prompt prefill: "auto" (bfloat16 blocks on one thread, on a CPU with AVX-512
+    # BF16 or AMX when the model runs in float32: a cold 408-token prompt as fast as float32 on two
+    # free cores, in 2/3 of its time when another process keeps a core busy; the blocks sit at fixed
+    # positions, so a completion does not depend on what the KV cache held) | "same" (the model's
+    # dtype) | "bfloat16" | "float32"
     prefill_dtype: str = "auto"
     fim_template: str = "auto"  # "auto" | "fsm-complete" | "starcoder" | "qwen" | "deepseek" | "codellama"
     context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
