@@ -216,7 +216,8 @@ def region(prefix: str, suffix: str, top_level=None, narrow: bool = True) -> tup
                 first -= 1
             start = offsets[first]
             break
-    lexer = _RegionLexer(prefix[start:])
+    state = _line_state(top_level, offsets[-1])  # the cursor's line start, lexed already: only its line is fed
+    lexer = _RegionLexer(prefix[offsets[-1]:], state) if state is not None else _RegionLexer(prefix[start:])
     end = len(suffix)
     pos = suffix.find("\n") + 1
     while 0 < pos < len(suffix):
@@ -228,15 +229,23 @@ def region(prefix: str, suffix: str, top_level=None, narrow: bool = True) -> tup
     return header + prefix[start:], suffix[:end]
 
 
+def _line_state(top_level, offset: int):
+    """The prefix lexer's state at the line start ``offset`` when ``top_level`` is that lexer's
+    (:meth:`engine.lexing.PrefixLexer.top_level`, which answers for the same prefix), else None."""
+    state_at = getattr(getattr(top_level, "__self__", None), "state_at", None)
+    return state_at(offset) if state_at is not None else None
+
+
 class _RegionLexer:
     """Is a line start in the suffix really outside strings and brackets? (A line at column 0 inside
-    a triple-quoted string is not a statement.) Lexes lazily with the FSM's automaton; when the text
+    a triple-quoted string is not a statement.) Lexes lazily with the FSM's automaton, from the
+    region's start or from ``state`` (the prefix lexer's at the start of ``head``); when the text
     cannot be lexed it answers yes (the column-0 heuristic alone)."""
 
-    def __init__(self, head: str):
+    def __init__(self, head: str, state=None):
         from .lexing.automaton import Lex
 
-        self.state = Lex(None)
+        self.state = state if state is not None else Lex(None)
         self.state.indents = None  # lenient: only strings and brackets matter here
         self.done = 0
         self.broken = False

@@ -290,3 +290,29 @@ def test_a_completion_that_moves_the_first_error_into_itself_is_refused():
     assert validate(prefix, ", 'rb') as f:\n        return f.read(", suffix)
     assert validate(prefix, ", 'rb') as f:\n        return f.read()", suffix) == []
     assert validate("x = [1,\ndef f(a, ", "b", "\n") == []  # an unrelated error before the cursor stays allowed
+
+
+def test_the_region_starts_from_the_prefix_lexers_state_and_ends_where_lexing_from_its_start_would():
+    """With the prefix lexer's ``top_level``, the region's end is found from the lexer's state at the
+    cursor's line (not by lexing the region again from its start); a plain callable gets the old
+    path. Both give the same region on real files, with half-typed junk at the cursor."""
+    import random
+
+    from engine.fsm import detect_indent_style
+    from engine.lexing.prefix import PrefixLexer
+    from lab.corpus import held_out_files
+
+    rnd = random.Random(5)
+    lexer = PrefixLexer()
+    checked = 0
+    for path in rnd.sample(held_out_files(), 15):
+        src = path.read_text(encoding="utf-8")
+        for _ in range(6):
+            cut = rnd.randrange(len(src) + 1)
+            prefix = src[:cut] + rnd.choice(["", "", "(", '"', "'''", "x = [", "\\", " #", "\n    "])
+            lexer.lex(prefix, detect_indent_style(prefix))
+            for narrow in (True, False):
+                fast = region(prefix, src[cut:], lexer.top_level, narrow)
+                assert fast == region(prefix, src[cut:], lambda offset: lexer.top_level(offset), narrow), path.name
+                checked += 1
+    assert checked == 180

@@ -71,6 +71,15 @@ class PrefixLexer:
             self._text, self._marks = text, marks
             return state, rec
 
+    def state_at(self, offset: int) -> Lex | None:
+        """A copy of the state at the line start ``offset`` (code points) of the last lexed text, or
+        None when no line starts there or lexing recovered before it (:meth:`lex`)."""
+        marks = self._marks
+        i = bisect.bisect_left(marks, offset, key=lambda m: m[0])
+        if i == len(marks) or marks[i][0] != offset or marks[i][2]:
+            return None
+        return marks[i][1].copy()
+
     def top_level(self, offset: int) -> bool:
         """Is the line start at code-point ``offset`` of the last lexed text outside every string and
         bracket (a place where a statement may start)? False for offsets that are no line start."""
