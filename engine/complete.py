@@ -313,8 +313,11 @@ class Engine(DecodeLoop):
     def _retry(self, req: CompletionRequest, result: Completion) -> Completion:
         """Decode again, up to ``generation.retries`` times, when a constrained attempt
 
-        * came out empty although its first token was the fuse's choice (the model wanted a token
-          the constraints forbid, took the best allowed one and ran into a loop or a rejected text), or
+        * came out empty although it decoded code, in a region that compiles as it is: finishing
+          refused it (CPython's ``'return' outside function``, a first line that repeats the line
+          below the cursor, a loop; ``semantics["refused_in_valid_code"]``; in a region the user is
+          still editing, validation cannot tell a better text, so no retry), or its first token was
+          the fuse's choice (the model wanted a token the constraints forbid), or
         * was cut back by pyflakes' names judge (:mod:`engine.monitors.names_judge`) for a name it
           wrote or a word it ended (``semantics["undefined"]["ban"]``: the step and token that led there):
 
@@ -345,11 +348,14 @@ class Engine(DecodeLoop):
     @staticmethod
     def _retry_ban(result: Completion) -> tuple[int, int] | None:
         """``(step, token id)`` a retry of ``result`` bans (see :meth:`_retry`), or None."""
-        trace = result.trace
-        if not result.text and trace and trace[0].fuse is not None and trace[0].id is not None:
-            return 0, trace[0].id
         ban = (result.semantics.get("undefined") or {}).get("ban")
-        return (ban[0], ban[1]) if ban else None
+        if ban:
+            return ban[0], ban[1]
+        trace = result.trace
+        if not result.text and trace and trace[0].id is not None and (
+                trace[0].fuse is not None or result.semantics.get("refused_in_valid_code")):
+            return 0, trace[0].id
+        return None
 
     _attempt: tuple | None = None  # (plan, spec) of the last attempt (see _retry)
 
@@ -435,8 +441,9 @@ class Engine(DecodeLoop):
         remote backend would). Adds the semantic monitors' setup time (jedi) to ``stages.semantics``."""
         s = self.settings
         if not plan.constrained:  # token healing still applies: no FSM, but a space typed last is given back
-            return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None,
-                         heal=healed_space(plan.prefix, plan.cursor_line))
+            heal = healed_space(plan.prefix, plan.cursor_line)
+            return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None, heal=heal,
+                         first=self.masks.first_token_rule(heal, plan.cursor_line, plan.multiline) if heal else None)
         if spec is None:
             spec = self.constraint_spec(req, plan, stages)
         if self.wire_spec:

@@ -152,7 +152,7 @@ class DecodeLoop:
             raw = logits
             if start.guide is None:
                 # unconstrained: still never an id the tokenizer cannot decode
-                decodable = self.masks.decodable(raw, start.heal if not dec.gen else "")
+                decodable = self.masks.decodable(raw, start.first if not dec.gen else None)
                 choice = Choice(int(sample(decodable, plan.temperature, plan.top_p, generator)), -1, logits=decodable)
             else:
                 choice = self._constrained_choice(raw, plan, start, dec, step, generator, result)

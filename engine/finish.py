@@ -36,7 +36,7 @@ from .monitors.base import PROSE_MODES, ident_char
 from .monitors.block_header import BlockHeader
 from .monitors.name_table import is_dynamic
 from .monitors.names_judge import blamed
-from .validate import clears_error_after_cursor, finish_line, judge, longest_valid
+from .validate import clears_error_after_cursor, finish_line, judge, longest_valid, region_compiles
 
 CLOSERS = frozenset(")]}'\":;, ")
 
@@ -248,7 +248,10 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     if cur.lex is not None and cur.validate and not cur.multiline and not result.cancelled \
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
-    return _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
+    text = _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
+    if not text and draft.text.strip() and cur.validate:  # refused: may a retry look for another text?
+        result.semantics["refused_in_valid_code"] = region_compiles(cur.prefix, cur.suffix, cur.top_level)
+    return text
 
 
 def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:

@@ -44,9 +44,9 @@ class GenerationSettings:
     max_tokens: int = 48
     max_tokens_multiline: int = 96
     temperature: float = 0.0  # 0: greedy
-    # decode again (at most this many times) when a constrained completion came out empty after the
-    # model's first choice was masked, banning the earlier attempts' first tokens (engine.complete)
-    retries: int = 2
+    # decode again (at most this many times) when a constrained completion decoded code that finishing
+    # refused or pyflakes blamed, banning the token that led there (engine.complete.Engine._retry)
+    retries: int = 3
     top_p: float = 0.95
     multiline: str = "auto"  # "auto" | "always" | "never"
     seed: int = 0

@@ -243,10 +243,15 @@ class ConstraintSpec:
 
 
 def healed_space(prefix: str, cursor_line: str) -> str:
-    """The space token healing gives back to the model: ``" "`` when ``prefix`` ends with exactly one
-    space after text on the cursor's line (BPE vocabularies carry the space at the start of the next
-    word: a prompt ending in a lone space is one the model has rarely seen; Lundberg's token healing,
-    guidance), else ``""``. The first token must then start with it."""
+    """The space token healing gives back to the model (Lundberg's token healing, guidance): BPE
+    vocabularies carry a space at the start of the next word, so a prompt ending in it is one the
+    model has rarely seen. ``" "`` when ``prefix`` ends with exactly one space after text on the
+    cursor's line, or when the cursor's line is an indentation of spaces (byte-level BPE reads
+    ``"\\n    return"`` as ``"\\n   "`` + ``" return"``: a prompt ending in all four spaces
+    makes the model expect a blank line); else ``""``. The first token must then start with it
+    (:meth:`engine.step_mask.StepMask.first_token_rule`)."""
+    if cursor_line and not cursor_line.strip(" "):
+        return " "
     return " " if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  ") else ""
 
 

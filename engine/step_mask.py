@@ -110,6 +110,9 @@ class StepMask:
         self.has_nl = np.array([bool(t) and (b"\n" in t or b"\r" in t) for t in tokens])
         self.starts_ws = np.array([bool(t) and t[:1] in (b" ", b"\t") for t in tokens], dtype=bool)
         self.starts_space = np.array([bool(t) and t[:1] == b" " for t in tokens], dtype=bool)
+        # a space and then code (`` return``): what completes an indentation a healed space ended
+        self.space_then_code = np.array([bool(t) and t[:1] == b" " and len(t) > 1 and t[1:2] not in b" \t\r\n"
+                                         for t in tokens], dtype=bool)
         self.starts_nl = np.array([bool(t) and t[:1] in (b"\n", b"\r") for t in tokens], dtype=bool)
         self._lead = _leading_indentation(tokens)
         # ids that are no text and no stop token (special and added tokens the template does not
@@ -117,7 +120,8 @@ class StepMask:
         undecodable = np.array([t is None for t in tokens], dtype=bool)
         undecodable[[i for i in set(stop_ids) if i < size]] = False
         self._undecodable = self._to_device(self.fit_logits(undecodable))
-        self._heal_blocked = self._to_device(self.fit_logits(undecodable | ~self.starts_space))
+        self._undecodable_np = undecodable
+        self._first_blocked: dict = {}  # FirstTokenRule.kind -> the unconstrained first step's mask (see decodable)
         self.memo = MaskMemo()
         self.domain_words: list[str] = []
         self._domain_ids: dict = {}  # word fragment -> boosted token ids (see domain_boost)
@@ -125,10 +129,14 @@ class StepMask:
     # -- the first-token rule ---------------------------------------------------------------------
 
     def first_token_rule(self, heal: str, cursor_line: str, multiline: bool) -> FirstTokenRule | None:
-        """The first-token rule: after a healed space the first token must start with that space;
-        on a whitespace-only cursor line the indentation is typed already (no token starting with
-        whitespace) and a block body starts with a statement, not a blank line (multi-line: no
-        token starting with a line break). None: no rule (call only for constrained decoding)."""
+        """The first-token rule: after a healed space the first token must start with that space
+        (:func:`engine.spec.healed_space`), and when that space ended the indentation of a
+        whitespace-only cursor line, continue with code (`` return``: the indentation is typed);
+        on a whitespace-only cursor line without one the indentation is typed already (no token
+        starting with whitespace) and a block body starts with a statement, not a blank line
+        (multi-line: no token starting with a line break). None: no rule."""
+        if heal and not cursor_line.strip(" \t"):
+            return FirstTokenRule(~self.space_then_code, "heal-indent")
         if heal:
             return FirstTokenRule(~self.starts_space, "heal")
         if cursor_line.strip(" \t"):
@@ -205,13 +213,19 @@ class StepMask:
             return np.concatenate([blocked, np.ones(extra, dtype=bool)])
         return blocked[: self.logit_size]
 
-    def decodable(self, logits, heal: str = ""):
+    def decodable(self, logits, first: FirstTokenRule | None = None):
         """``logits [logit_size]`` with the ids the tokenizer cannot decode set to -inf (the
-        unconstrained step's only mask); ``heal`` (a healed space, first step only): also every
-        token that does not start with it (token healing)."""
+        unconstrained step's only mask); ``first`` (the first step only): also the tokens that
+        first-token rule refuses (token healing)."""
         from .decode import mask_logits
 
-        return mask_logits(logits, self._heal_blocked if heal else self._undecodable)
+        if first is None:
+            return mask_logits(logits, self._undecodable)
+        blocked = self._first_blocked.get(first.kind)
+        if blocked is None:
+            blocked = self._first_blocked[first.kind] = self._to_device(
+                self.fit_logits(self._undecodable_np | first.blocked))
+        return mask_logits(logits, blocked)
 
     def _to_device(self, array: np.ndarray):
         import torch

@@ -68,14 +68,29 @@ def error_range(source: str) -> tuple[int, int] | None:
     return _span(source, _syntax_error(source))
 
 
+# compiler errors that depend on what lies outside a region compiled alone (the enclosing function of
+# a ``nonlocal``) or on where the code runs (top-level ``await`` in a notebook or asyncio's REPL)
+_CONTEXT_ERRORS = re.compile(r"no binding for nonlocal|nonlocal declaration not allowed at module level"
+                             r"|'await' outside|asynchronous comprehension outside")
+
+
 def _syntax_error(source: str) -> SyntaxError | None:
-    """The first error CPython reports when compiling ``source`` to an AST (no code runs; warnings
-    are silenced), or None when it compiles. A source the compiler refuses otherwise (a NUL byte,
-    too deep) gives a ``SyntaxError`` without a position."""
+    """The first error CPython reports when compiling ``source`` (no code runs; warnings are
+    silenced), or None when it compiles: the parser's errors and the compiler's (``'return'
+    outside function``, ``'break' outside loop``, ``'yield' outside function``...: Language
+    Reference 7.6, 7.9, 7.10), except those that depend on code outside ``source``
+    (:data:`_CONTEXT_ERRORS`; for those the parser alone decides). A full compile costs no more than
+    an AST (no Python objects are built). A source the compiler refuses otherwise (a NUL byte, too
+    deep) gives a ``SyntaxError`` without a position."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compile(source, "<completion>", "exec", ast.PyCF_ONLY_AST)
+            try:
+                compile(source, "<completion>", "exec", dont_inherit=True)
+            except SyntaxError as exc:
+                if not _CONTEXT_ERRORS.search(str(exc.msg)):
+                    raise
+                compile(source, "<completion>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         return None
     except SyntaxError as exc:
         return exc
@@ -391,6 +406,13 @@ def _judge_for(prefix: str, suffix: str, top_level) -> _Judge:
     judge = _Judge(prefix, suffix, top_level)
     _last_judge = (key, judge)
     return judge
+
+
+def region_compiles(prefix: str, suffix: str, top_level=None) -> bool:
+    """Does the cursor's region compile as it is (without a completion)? Where it does, every error
+    a completion brings is refused; where it does not (the user is mid-edit), a completion is only
+    held to not making it worse (:class:`_RegionJudge`)."""
+    return _judge_for(prefix, suffix, top_level)._narrow.base_error is None
 
 
 def clears_error_after_cursor(prefix: str, suffix: str, top_level=None):

@@ -316,3 +316,17 @@ def test_the_region_starts_from_the_prefix_lexers_state_and_ends_where_lexing_fr
                 assert fast == region(prefix, src[cut:], lambda offset: lexer.top_level(offset), narrow), path.name
                 checked += 1
     assert checked == 180
+
+
+@pytest.mark.parametrize("prefix, completion, suffix, refused", [
+    ("for a in range(5):\n    ", "return a", "\n", True),  # the compiler's error, not the parser's
+    ("if x:\n    ", "break", "\n", True),
+    ("class C:\n    ", "yield 1", "\n", True),
+    ("def f(xs):\n    for a in xs:\n        ", "return a", "\n", False),
+    ("def f(xs):\n    while xs:\n        ", "break", "\n    return 1\n", False),
+    # what depends on code outside the region, or on where it runs, is never refused
+    ("def outer():\n    x = 1\n    def inner():\n        ", "nonlocal x", "\n        x = 2\n", False),
+    ("import asyncio\n", "data = await asyncio.sleep(0)", "\n", False),
+])
+def test_the_compilers_errors_are_refused_where_they_do_not_depend_on_other_code(prefix, completion, suffix, refused):
+    assert bool(validate(prefix, completion, suffix)) == refused
