@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -125,7 +126,8 @@ class VllmServer:
                                       str(DEFAULT_MODEL_DIR), "--dtype", "float32", "--enforce-eager",
                                       "--seed", "0", "--logprobs-mode", "processed_logprobs", "--host", "127.0.0.1",
                                       "--port", str(self.port)],
-                                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+                                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # its engine and worker processes go with it
         out.close()
         deadline = time.monotonic() + timeout
         while True:
@@ -140,18 +142,26 @@ class VllmServer:
             time.sleep(1)
 
     def kill(self) -> None:
-        """SIGKILL, as a crash or an OOM kill would end it (no clean shutdown)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+        """SIGKILL to the server and its engine and worker processes, as a crash or an OOM kill would
+        end it (no clean shutdown; killing the API process alone left the others running)."""
+        if self.proc is not None:
+            self._signal(signal.SIGKILL)
             self.proc.wait(timeout=60)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
+        self.kill()  # whatever of its process group is left
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def metric(self, name: str) -> float:
         """The sum of Prometheus metric ``name`` over its label sets, from ``/metrics``."""
