@@ -152,7 +152,7 @@ class KVCache:
     def _forward(self, ids: list[int], keep_last: bool, prefill: bool = False):
         inp = torch.tensor(ids, dtype=torch.long, device=self.device)  # [new_tokens]
         if self.own:
-            if prefill:  # a whole prompt block in the prefill dtype (engine.llama.LlamaDecoder.prefill_block)
+            if prefill:  # a whole prompt block in the prefill dtype (engine.llama.LlamaDecoder.prefill_blocks)
                 return self.model.forward(inp, prefill=True)  # [vocab]
             return self.model.decode_step(inp) if len(ids) == 1 else self.model.forward(inp)  # [vocab]
         if self.cache is None:

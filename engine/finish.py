@@ -36,7 +36,13 @@ from .monitors.base import PROSE_MODES, ident_char
 from .monitors.block_header import BlockHeader
 from .monitors.name_table import is_dynamic
 from .monitors.names_judge import blamed
-from .validate import clears_error_after_cursor, finish_line, judge, longest_valid, region_compiles
+from .validate import (
+    clears_error_after_cursor,
+    finish_line,
+    judge,
+    longest_valid,
+    region_compiles,
+)
 
 CLOSERS = frozenset(")]}'\":;, ")
 

@@ -339,9 +339,9 @@ class LlamaDecoder:
         """Run ``ids`` (long ``[n]`` on the device) at positions ``length ...``, cache their keys and
         values, advance ``length`` by ``n``. Returns logits ``[vocab]`` for the last position when
         ``last_only``, else ``[n, vocab]``, in the model's dtype. ``prefill``: a whole prompt block
-        (:meth:`block_start`, right after the blocks already run so),
-        run in the prefill dtype (:meth:`set_prefill_dtype`); the model's dtype without a prefill
-        copy. Raises ValueError past the cache capacity (tokens) or for a block out of that order."""
+        (:meth:`block_start`, right after the blocks already run so), run in the prefill dtype
+        (:meth:`set_prefill_dtype`; the model's dtype without a prefill copy). Raises ValueError
+        past the cache capacity (tokens) or for a block out of that order."""
         cfg = self.cfg
         start, n = self.length, int(ids.shape[0])
         end = start + n

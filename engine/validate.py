@@ -2,9 +2,9 @@
 
 :func:`validate` parses the enclosing top-level region of the edit with tree-sitter-python and
 reports ERROR/MISSING nodes that the completion introduced. tree-sitter accepts many indentation
-errors (inconsistent dedent, unexpected indent), so CPython's own compiler
-(``compile(..., "exec", ast.PyCF_ONLY_AST)``) on the same region is the final gate for indentation
-and structure whenever the region compiled without the completion.
+errors (inconsistent dedent, unexpected indent), so CPython's own compiler (``compile(...,
+"exec")``: the parser's and the compiler's errors, :func:`_syntax_error`) on the same region is the
+final gate for indentation and structure whenever the region compiled without the completion.
 """
 
 from __future__ import annotations

@@ -71,21 +71,21 @@ class PrefixLexer:
             self._text, self._marks = text, marks
             return state, rec
 
+    def _mark(self, offset: int) -> tuple[int, Lex, int] | None:
+        """The ``(offset, state, recoveries)`` kept at the line start ``offset`` of the last lexed
+        text, or None when no line starts there."""
+        marks = self._marks
+        i = bisect.bisect_left(marks, offset, key=lambda m: m[0])
+        return marks[i] if i < len(marks) and marks[i][0] == offset else None
+
     def state_at(self, offset: int) -> Lex | None:
         """A copy of the state at the line start ``offset`` (code points) of the last lexed text, or
         None when no line starts there or lexing recovered before it (:meth:`lex`)."""
-        marks = self._marks
-        i = bisect.bisect_left(marks, offset, key=lambda m: m[0])
-        if i == len(marks) or marks[i][0] != offset or marks[i][2]:
-            return None
-        return marks[i][1].copy()
+        mark = self._mark(offset)
+        return mark[1].copy() if mark is not None and not mark[2] else None
 
     def top_level(self, offset: int) -> bool:
         """Is the line start at code-point ``offset`` of the last lexed text outside every string and
         bracket (a place where a statement may start)? False for offsets that are no line start."""
-        marks = self._marks
-        i = bisect.bisect_left(marks, offset, key=lambda m: m[0])
-        if i == len(marks) or marks[i][0] != offset:
-            return False
-        st = marks[i][1]
-        return st.mode == CODE and not st.brackets
+        mark = self._mark(offset)
+        return mark is not None and mark[1].mode == CODE and not mark[1].brackets

@@ -418,9 +418,8 @@ def _shifted_scopes(old: str, new: str, scopes: tuple) -> tuple | None:
     colon = before.rfind(":")
     if colon >= 0 and not before[colon + 1:].strip(" \t"):
         return None
-    line_end = after.find("\n")
-    if _HEADER_WORD.search(before + removed + after[: line_end if line_end >= 0 else len(after)]) or \
-            _HEADER_WORD.search(before + typed + after[: line_end if line_end >= 0 else len(after)]):
+    rest = after.split("\n", 1)[0]  # the edited line after the edit
+    if _HEADER_WORD.search(before + removed + rest) or _HEADER_WORD.search(before + typed + rest):
         return None
     delta = len(new) - len(old)
 
@@ -500,7 +499,6 @@ def _scan_scopes(text: str) -> tuple[tuple, ...]:
     while opened:
         hide(*opened.pop(), len(text))
     return tuple(found)
-
 
 
 def stubbed(text: str, spans, at: int) -> tuple[str, int, frozenset]:
