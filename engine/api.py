@@ -98,7 +98,8 @@ class TraceStep:
     the step's mask left allowed (None when unconstrained); ``mask_us``: µs spent composing and
     applying the mask; ``refused``: candidate tokens the semantic monitors refused; ``masked_top``:
     the model's favourite token id when the mask refused it; ``fuse``: the fuse's action
-    (``"bias"``, ``"continue"``, ``"stop"``, ``"safe-continuation"``) when it fired.
+    (``"bias"``, ``"continue"``, ``"stop"``, ``"safe-continuation"``) when it fired; ``heal``: the
+    step re-typed (part of) a healed word (:func:`engine.spec.healed_text`; no fuse there).
     """
 
     id: int | None = None
@@ -108,12 +109,13 @@ class TraceStep:
     refused: int = 0
     masked_top: int | None = None
     fuse: str | None = None
+    heal: bool = False
 
     def as_dict(self) -> dict:
         """JSON-ready form: only the fields this step set (the ``--json`` trace)."""
         out = {"allowed": self.allowed, "mask_us": self.mask_us, "refused": self.refused or None,
-               "masked_top": self.masked_top, "fuse": self.fuse, "id": self.id, "text": self.text if
-               self.id is not None else None}
+               "masked_top": self.masked_top, "fuse": self.fuse, "heal": self.heal or None, "id": self.id,
+               "text": self.text if self.id is not None else None}
         return {k: v for k, v in out.items() if v is not None}
 
 

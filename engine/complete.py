@@ -38,7 +38,7 @@ from .monitors.filter import SemanticFilter
 from .monitors.setup import RequiredArgumentTables, describe
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
 from .settings import Settings
-from .spec import ConstraintSpec, constraint_spec, healed_space, start_from_spec
+from .spec import ConstraintSpec, constraint_spec, healed_text, start_from_spec
 from .stages import Stages
 from .step_mask import StepMask
 from .text import normalize_eol, original_length, scalar_text
@@ -352,9 +352,10 @@ class Engine(DecodeLoop):
         if ban:
             return ban[0], ban[1]
         trace = result.trace
-        if not result.text and trace and trace[0].id is not None and (
-                trace[0].fuse is not None or result.semantics.get("refused_in_valid_code")):
-            return 0, trace[0].id
+        k = next((i for i, step in enumerate(trace) if not step.heal), len(trace))  # past a healed word
+        if not result.text and k < len(trace) and trace[k].id is not None and (
+                trace[k].fuse is not None or result.semantics.get("refused_in_valid_code")):
+            return k, trace[k].id
         return None
 
     _attempt: tuple | None = None  # (plan, spec) of the last attempt (see _retry)
@@ -440,8 +441,8 @@ class Engine(DecodeLoop):
         is an earlier attempt's; sent through JSON first when :attr:`wire_spec` is set, as a
         remote backend would). Adds the semantic monitors' setup time (jedi) to ``stages.semantics``."""
         s = self.settings
-        if not plan.constrained:  # token healing still applies: no FSM, but a space typed last is given back
-            heal = healed_space(plan.prefix, plan.cursor_line)
+        if not plan.constrained:  # token healing still applies: no FSM, but the end of the prefix is given back
+            heal = healed_text(plan.prefix, plan.cursor_line, plan.suffix, words=not self.remote)
             return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None, heal=heal,
                          first=self.masks.first_token_rule(heal, plan.cursor_line, plan.multiline) if heal else None)
         if spec is None:

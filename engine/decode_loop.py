@@ -31,8 +31,9 @@ MAX_BACKTRACKS = 4  # dead-end fuses per completion before stopping at the last 
 
 @dataclass
 class Start:
-    """The cursor as the constraints see it: ``heal`` (a typed space handed back to the model,
-    which must start with it; removed afterwards), the FSM ``guide`` and the lexer ``lex`` at the
+    """The cursor as the constraints see it: ``heal`` (the end of the prefix handed back to the
+    model, :func:`engine.spec.healed_text`: a typed space or the half-typed word; the decoded text
+    must start with it, and it is removed afterwards), the FSM ``guide`` and the lexer ``lex`` at the
     cursor (None unconstrained), the first-token rule, the active monitors ``sem`` and their
     starting point ``sem_start`` ``(lexer state, monitors)`` (None without monitors) and the
     :class:`engine.spec.ConstraintSpec` they come from."""
@@ -152,7 +153,9 @@ class DecodeLoop:
             raw = logits
             if start.guide is None:
                 # unconstrained: still never an id the tokenizer cannot decode
-                decodable = self.masks.decodable(raw, start.first if not dec.gen else None)
+                rule = self._step_rule(start, dec)
+                step.heal = rule is not None and rule.heal
+                decodable = self.masks.decodable(raw, rule)
                 choice = Choice(int(sample(decodable, plan.temperature, plan.top_p, generator)), -1, logits=decodable)
             else:
                 choice = self._constrained_choice(raw, plan, start, dec, step, generator, result)
@@ -181,6 +184,20 @@ class DecodeLoop:
             result.speculative = dec.drafts.as_dict()
         self._budget_cut(dec, plan)
         return dec
+
+    def _step_rule(self, start: Start, dec: Decoding) -> FirstTokenRule | None:
+        """This step's token rule: the first-token rule on the first step; after it, while the decoded
+        text has not re-typed a healed word (:func:`engine.spec.healed_text`), the heal rule for the
+        rest of the word (:meth:`engine.step_mask.StepMask.heal_rule`); else None."""
+        first = start.first
+        if not dec.gen or first is None:
+            return first
+        if not first.heal or len(dec.text) >= len(start.heal):
+            return None
+        tokens = self.index.vocab.tokens
+        done = sum(len(tokens[t] or b"") for t in dec.gen)
+        rest = start.heal.encode("utf-8")[done:]
+        return self.masks.heal_rule(rest) if rest else None
 
     @staticmethod
     def _stops_after(dec: Decoding, plan: Plan) -> bool:
@@ -295,8 +312,10 @@ class DecodeLoop:
         s, guide, n = self.settings, start.guide, len(dec.gen)
         rules = StepRules(first=n == 0, body_pending=bool(plan.multiline and guide.state.need_indent and guide.state.ls),
                           indent=start.indent)
+        rule = self._step_rule(start, dec)
+        step.heal = rule is not None and rule.heal
         logits, step.allowed, step.mask_us = self.masks.apply(
-            raw, guide, rules, start.first, banned=dec.banned.get(n), tail=plan.prefix[-64:] + dec.text,
+            raw, guide, rules, rule, banned=dec.banned.get(n), tail=plan.prefix[-64:] + dec.text,
             boost=s.constraints.domain_boost, bias=dec.bias_next, bias_amount=s.constraints.fuse_bias)
         dec.bias_next = None
         dec.mask_s += step.mask_us / 1e6
@@ -309,7 +328,8 @@ class DecodeLoop:
         choice = choose_token(logits, raw, plan.temperature, plan.top_p, generator)
         if choice.best and choice.tok != choice.top:
             step.masked_top = choice.top  # the model's favourite was masked (also on the step a fuse stops)
-        if choice.best and choice.mass < s.constraints.fuse_threshold and choice.tok != choice.top:
+        if choice.best and choice.mass < s.constraints.fuse_threshold and choice.tok != choice.top and not step.heal:
+            # (not while a healed word is re-typed: that text is the user's, not the model's choice)
             action = fuse_action(guide, dec.sem, n, refused)  # the model wants what the constraint forbids
             result.fuses += 1
             result.semantics.setdefault("fuses", []).append(
@@ -380,13 +400,16 @@ class DecodeLoop:
 
     @staticmethod
     def _draft(dec: Decoding, start: Start) -> Draft:
-        """The decoded text for :func:`engine.finish.finish`, the healed space removed (it is the user's)."""
+        """The decoded text for :func:`engine.finish.finish`, the healed text removed (it is the
+        user's); nothing when decoding ended before it re-typed a healed word."""
         text, ends, accepting = dec.text, dec.ends, dec.accepting
         if dec.cut is not None:  # a loop or the token budget: end at the cut (engine.repetition)
             text = text[: dec.cut]
             ends = [e for e in ends if e < dec.cut] + [dec.cut]
             accepting = [e for e in accepting if e <= dec.cut]
         heal = start.heal
+        if heal.strip() and not text.startswith(heal):
+            return Draft("", [], [0] if start.guide is not None else None)
         if heal and text.startswith(heal):
             text = text[len(heal):]
             ends = [e - len(heal) for e in ends if e > len(heal)]

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 
 from .lexing.automaton import Lex
+from .monitors.base import ident_char
 from .monitors.block_header import BlockHeader
 from .monitors.member import MemberAccess
 from .monitors.names import NamesMonitor, _Bracket
@@ -34,7 +35,7 @@ from .required_arguments import PolicyTable, RequiredKeyword
 from .resolve.jedi_client import Param
 from .signatures import CallSpec
 
-SPEC_VERSION = 2  # bump when a field or a monitor's state changes meaning
+SPEC_VERSION = 3  # bump when a field or a monitor's state changes meaning
 
 
 class SpecError(ValueError):
@@ -143,8 +144,8 @@ class ConstraintSpec:
     ``lex``: the lexer at the cursor (after the healed space is given back; carries the
     ``code_only`` comment policy); ``style``: the file's indentation character (None: either);
     ``indent_unit``: one indentation level of the file (a tab or N spaces; "" no indentation rule,
-    :class:`engine.step_mask.StepRules`). ``heal``: the typed space handed back to the
-    model ("" or " "). ``tail``: the end of the prefix (at least the cursor's line and 64 characters,
+    :class:`engine.step_mask.StepRules`). ``heal``: the end of the prefix handed back to the
+    model (:func:`healed_text`: "", a space, or the half-typed word with the space before it). ``tail``: the end of the prefix (at least the cursor's line and 64 characters,
     for the first-token rule, the dedent stop and the domain boost). ``monitors``: the
     :class:`engine.monitors.semantics.Semantics` state at the cursor, encoded (None: no semantic
     monitor). ``stop_ids``: token ids that end the completion (the FIM template's and the
@@ -255,11 +256,34 @@ def healed_space(prefix: str, cursor_line: str) -> str:
     return " " if cursor_line.strip() and prefix.endswith(" ") and not prefix.endswith("  ") else ""
 
 
+MAX_HEALED_WORD = 48  # characters; a longer word at the cursor is not given back
+
+
+def healed_text(prefix: str, cursor_line: str, suffix: str = "", words: bool = True) -> str:
+    """The end of ``prefix`` token healing gives back to the model: the half-typed word at the
+    cursor with the single space before it (``print(resul`` -> ``"resul"``, ``x = resul`` ->
+    ``" resul"``: BPE reads ``result`` as one token that the prompt's ``res`` + ``ul`` cuts in
+    two, so the model, trained on whole words, rarely continues it), else the space of
+    :func:`healed_space`. The decoded text must then start with it, over as many tokens as the
+    model needs (:meth:`engine.step_mask.StepMask.heal_rule`), and it is removed afterwards (it is
+    the user's). No word is given back when word characters follow the cursor (``res|ult``: the
+    model would write the word twice), when it is longer than :data:`MAX_HEALED_WORD`, or
+    ``words`` is False (a remote backend decoding without the rule)."""
+    k = len(prefix)
+    while words and k and len(prefix) - k <= MAX_HEALED_WORD and ident_char(prefix[k - 1]):
+        k -= 1
+    word = prefix[k:]
+    if not word or len(word) > MAX_HEALED_WORD or (suffix[:1] and ident_char(suffix[0])):
+        return healed_space(prefix, cursor_line)
+    before = prefix[:k]
+    return healed_space(before, cursor_line[: len(cursor_line) - len(word)]) + word
+
+
 def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids=(), stop_tokens=(),
                     vocab_digest: str = "", stages=None) -> ConstraintSpec:
     """The spec of a constrained request (``plan.constrained``): lex the prefix
-    (:class:`engine.lexing.PrefixLexer`), give a typed space back to the model (token healing:
-    BPE tokens carry their leading space), apply the mode policy's comment rule and set up the
+    (:class:`engine.lexing.PrefixLexer`), give the half-typed word or a typed space back to the
+    model (token healing, :func:`healed_text`), apply the mode policy's comment rule and set up the
     semantic monitors (jedi; ``policies_for(profile, path) -> PolicyTable``). The monitors' setup
     time is added to ``stages.semantics`` (seconds; :class:`engine.stages.Stages`, None: not timed)."""
     import time
@@ -272,11 +296,11 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
     s = settings
     style = detect_indent_style(plan.prefix)
     prefix, cursor_line = plan.prefix, plan.cursor_line
-    heal = ""
+    heal = healed_text(prefix, cursor_line, plan.suffix)
     state = None
-    if healed_space(prefix, cursor_line):
-        state, _recoveries = prefix_lexer.lex(prefix[:-1], style)
-        heal = " " if state.mode not in PROSE_MODES else ""
+    if heal:
+        state, _recoveries = prefix_lexer.lex(prefix[: len(prefix) - len(heal)], style)
+        heal = heal if state.mode not in PROSE_MODES else ""
     if not heal:
         state, _recoveries = prefix_lexer.lex(prefix, style)
     mode_policy = plan.fp.policy if plan.fp is not None else None

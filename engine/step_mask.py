@@ -5,7 +5,8 @@ Every constrained step's logits go through :meth:`StepMask.apply`, which compose
 1. the lexical FSM (:class:`engine.fsm.PythonGuide`): tokens that keep the code lexically valid;
 2. the step rules (:class:`StepRules`): no control characters ever; on the first step no stop
    token and the first-token rule (no duplicated indentation, no blank first body line, a healed
-   space); while a block body's first line is pending, no line break; at a logical line's start,
+   space); while the decoded text has not yet re-typed a healed word, only tokens that agree with
+   it (:meth:`StepMask.heal_rule`); while a block body's first line is pending, no line break; at a logical line's start,
    indentation only to a level the file's unit allows (:meth:`StepMask.indentation_allowed`);
 3. the tokens banned at this step after a dead end (backtracking);
 4. the domain-vocabulary boost (settings ``constraints.domainVocabulary``);
@@ -84,10 +85,15 @@ class StepRules:
 
 @dataclass(frozen=True)
 class FirstTokenRule:
-    """Tokens refused on the first step: ``blocked`` bool ``[vocab]`` (numpy), ``kind`` its memo key."""
+    """Tokens refused at a step: ``blocked`` bool ``[vocab]`` (numpy), ``kind`` its memo key. The
+    first-token rule, or while a healed word is re-typed the heal rule (``heal``: True)."""
 
     blocked: np.ndarray
     kind: object
+    heal: bool = False
+
+
+_HEAL_RULES = 256  # heal rules kept per StepMask (least recently used dropped)
 
 
 class StepMask:
@@ -121,7 +127,12 @@ class StepMask:
         undecodable[[i for i in set(stop_ids) if i < size]] = False
         self._undecodable = self._to_device(self.fit_logits(undecodable))
         self._undecodable_np = undecodable
-        self._first_blocked: dict = {}  # FirstTokenRule.kind -> the unconstrained first step's mask (see decodable)
+        self._first_blocked: dict = {}  # FirstTokenRule.kind -> the unconstrained step's mask (see decodable)
+        order = sorted((t, i) for i, t in enumerate(tokens) if t)
+        self._sorted_bytes = [t for t, _ in order]  # token bytes, sorted (heal_rule)
+        self._sorted_ids = np.array([i for _, i in order], dtype=np.int64)
+        self._id_of = {t: i for i, t in enumerate(tokens) if t}
+        self._heal_rules: dict = {}  # remaining heal bytes -> FirstTokenRule (insertion order: LRU)
         self.memo = MaskMemo()
         self.domain_words: list[str] = []
         self._domain_ids: dict = {}  # word fragment -> boosted token ids (see domain_boost)
@@ -129,12 +140,15 @@ class StepMask:
     # -- the first-token rule ---------------------------------------------------------------------
 
     def first_token_rule(self, heal: str, cursor_line: str, multiline: bool) -> FirstTokenRule | None:
-        """The first-token rule: after a healed space the first token must start with that space
-        (:func:`engine.spec.healed_space`), and when that space ended the indentation of a
+        """The first-token rule: after a healed word (:func:`engine.spec.healed_text`) the first token
+        must agree with it (:meth:`heal_rule`); after a healed space the first token must start with
+        that space, and when that space ended the indentation of a
         whitespace-only cursor line, continue with code (`` return``: the indentation is typed);
         on a whitespace-only cursor line without one the indentation is typed already (no token
         starting with whitespace) and a block body starts with a statement, not a blank line
         (multi-line: no token starting with a line break). None: no rule."""
+        if heal.strip():
+            return self.heal_rule(heal.encode("utf-8"))
         if heal and not cursor_line.strip(" \t"):
             return FirstTokenRule(~self.space_then_code, "heal-indent")
         if heal:
@@ -146,20 +160,46 @@ class StepMask:
             blocked |= self.starts_ws
         return FirstTokenRule(blocked, (multiline, bool(cursor_line)))
 
+    def heal_rule(self, rest: bytes) -> FirstTokenRule:
+        """While decoding re-types a healed word (``rest``: its bytes not yet decoded, non-empty): only
+        tokens that agree with it, either covering all of ``rest`` and going on (``result`` for
+        ``resul``) or being a first part of it (``res``), so the decoded text starts with the word
+        however the model splits it (token healing, Lundberg 2023; guidance). Memoised per ``rest``;
+        a bisection over the sorted token bytes, no pass over the vocabulary."""
+        import bisect
+
+        rule = self._heal_rules.pop(rest, None)
+        if rule is None:
+            keys = self._sorted_bytes
+            lo = bisect.bisect_left(keys, rest)
+            bound = rest.rstrip(b"\xff")  # the least bytes above every string that starts with rest
+            hi = bisect.bisect_left(keys, bound[:-1] + bytes([bound[-1] + 1]), lo) if bound else len(keys)
+            allowed = [int(i) for i in self._sorted_ids[lo:hi]]
+            allowed += [self._id_of[rest[:k]] for k in range(1, len(rest)) if rest[:k] in self._id_of]
+            blocked = np.ones(len(self.tokens), dtype=bool)
+            blocked[allowed] = False
+            rule = FirstTokenRule(blocked, ("heal", rest), heal=True)
+            if len(self._heal_rules) >= _HEAL_RULES:
+                self._heal_rules.pop(next(iter(self._heal_rules)))
+        self._heal_rules[rest] = rule
+        return rule
+
     # -- the FSM and the step rules ---------------------------------------------------------------
 
     def blocked(self, guide: PythonGuide, rules: StepRules, first: FirstTokenRule | None):
         """``(blocked, allowed_count)``: bool ``[logit_size]`` on the device, the tokens to mask now
-        (the FSM's complement plus the step rules), and how many tokens stay allowed. Memoised."""
-        key = (guide.state.key(), rules, first.kind if rules.first and first is not None else None)
+        (the FSM's complement plus the step rules), and how many tokens stay allowed. ``first``: this
+        step's token rule (:meth:`first_token_rule` on the first step, :meth:`heal_rule` while a
+        healed word is re-typed; None: none). Memoised."""
+        key = (guide.state.key(), rules, first.kind if first is not None else None)
         hit = self.memo.get(key)
         if hit is not None:
             return hit
         allowed = guide.allowed_mask() & self.no_control
         if rules.first:
             allowed = allowed & self.not_stop
-            if first is not None:
-                allowed = allowed & ~first.blocked
+        if first is not None:
+            allowed = allowed & ~first.blocked
         if rules.body_pending:
             allowed = allowed & ~self.has_nl
         if rules.indent:
@@ -216,13 +256,15 @@ class StepMask:
     def decodable(self, logits, first: FirstTokenRule | None = None):
         """``logits [logit_size]`` with the ids the tokenizer cannot decode set to -inf (the
         unconstrained step's only mask); ``first`` (the first step only): also the tokens that
-        first-token rule refuses (token healing)."""
+        first-token rule or heal rule refuses (token healing)."""
         from .decode import mask_logits
 
         if first is None:
             return mask_logits(logits, self._undecodable)
         blocked = self._first_blocked.get(first.kind)
         if blocked is None:
+            if len(self._first_blocked) >= _HEAL_RULES:
+                self._first_blocked.pop(next(iter(self._first_blocked)))
             blocked = self._first_blocked[first.kind] = self._to_device(
                 self.fit_logits(self._undecodable_np | first.blocked))
         return mask_logits(logits, blocked)
@@ -240,7 +282,8 @@ class StepMask:
               bias_amount: float = 0.0):
         """The masked logits of one step: ``(logits [vocab], allowed_count, mask_us)``.
 
-        ``raw``: the model's logits ``[vocab]`` (left unchanged, kept for backtracking);
+        ``raw``: the model's logits ``[vocab]`` (left unchanged, kept for backtracking); ``first``: the
+        step's token rule (see :meth:`blocked`);
         ``banned``: token ids that led into a dead end at this step; ``tail``: the text before the
         next token (for the domain-word boost, ``boost`` logits added); ``bias``: token ids (tensor)
         the monitors refused at the previous step, lowered by ``bias_amount`` logits. ``mask_us``:

@@ -82,8 +82,10 @@ def test_unconstrained_baseline_has_no_masks(engine):
 
 def test_kv_prefix_is_reused_when_typing(engine):
     prefix = "import os\n\n\ndef main():\n    path = os.path.join('a', 'b')\n    print(pa"
-    engine.complete(CompletionRequest(prefix=prefix, suffix=")\n", max_tokens=4))
-    second = engine.complete(CompletionRequest(prefix=prefix + "t", suffix=")\n", max_tokens=4))
+    first = engine.complete(CompletionRequest(prefix=prefix, suffix=")\n", max_tokens=4))
+    typed = "q" if first.text[:1] != "q" else "z"  # off the shown text: the model runs again
+    second = engine.complete(CompletionRequest(prefix=prefix + typed, suffix=")\n", max_tokens=4))
+    assert second.typed_through == 0 and second.prompt_tokens > 0
     assert second.reused_tokens > second.prompt_tokens // 2
 
 
@@ -297,6 +299,67 @@ def test_an_indentation_typed_is_healed_and_the_statement_follows(engine):
     result = engine.complete(CompletionRequest(prefix=prefix, suffix="\n"))
     assert result.trace[0].text.startswith(" ") and not result.trace[0].text[1:2].isspace()
     assert result.text == "unittest.main()"
+
+
+@pytest.mark.parametrize("prefix,suffix,heal", [
+    ("print(resul", "", "resul"), ("x = resul", "", " resul"), ("    resul", "", " resul"),
+    ("resul", "", "resul"), ("x = ", "", " "), ("    ", "", " "), ("a  resul", "", "resul"),
+    ("print(res", "ult)", ""), ("x = ", "y", " "), ("f(a, b" + "c" * 60, "", ""), ("self.na", "", "na"),
+])
+def test_the_healed_text_is_the_half_typed_word_and_the_space_before_it(prefix, suffix, heal):
+    from engine.spec import healed_space, healed_text
+
+    line = prefix[prefix.rfind("\n") + 1:]
+    assert healed_text(prefix, line, suffix) == heal
+    assert healed_text(prefix, line, suffix, words=False) == healed_space(prefix, line)
+
+
+PRINT_RESUL = ("def load(path):\n    result = []\n    with open(path) as f:\n        for line in f:\n"
+               "            result.append(line.strip())\n    print(resul")
+
+
+@pytest.mark.parametrize("constraints", [True, False])
+def test_a_half_typed_word_is_healed_and_finished(engine, constraints):
+    """The newcomer's report: ``print(resul`` got nothing. The prompt ended in ``res`` + ``ul``, a
+    split of ``result`` the model never saw in training. The half-typed word is given back to the
+    model (the prompt ends at ``print(``), the first tokens must re-type it, however the model
+    splits it, and the completion shows only what follows it."""
+    result = engine.complete(CompletionRequest(prefix=PRINT_RESUL, suffix="\n", constraints=constraints))
+    healed = [step for step in result.trace if step.heal]
+    assert healed and "".join(step.text for step in healed).startswith("resul"), result.trace
+    assert result.text and not result.text.startswith("resul"), repr(result.text)
+    if constraints:  # the names monitor: the only bound name the word can become is `result`
+        assert ("resul" + result.text).startswith("result"), repr(result.text)
+    # the prompt ends before the word: the same prompt (and KV cache) as at `print(`
+    assert result.prompt_tokens == engine.complete(CompletionRequest(
+        prefix=PRINT_RESUL[:-5], suffix="\n", constraints=constraints, max_tokens=1)).prompt_tokens
+
+
+def test_a_word_is_not_healed_when_word_characters_follow_the_cursor(engine):
+    result = engine.complete(CompletionRequest(prefix=PRINT_RESUL[:-2], suffix="ul)\n"))
+    assert not any(step.heal for step in result.trace)
+
+
+def test_a_retry_bans_the_first_token_after_a_healed_word():
+    from engine.api import Completion, TraceStep
+    from engine.complete import Engine
+
+    result = Completion(text="")
+    result.trace = [TraceStep(id=5, text="res", heal=True), TraceStep(id=6, text="ul", heal=True),
+                    TraceStep(id=7, text="t", fuse="bias")]
+    assert Engine._retry_ban(result) == (2, 7)
+    result.trace = [TraceStep(id=5, text="result", heal=True)]
+    assert Engine._retry_ban(result) is None
+
+
+def test_decoding_that_ends_inside_a_healed_word_shows_nothing():
+    from engine.decode_loop import Decoding, DecodeLoop, Start
+
+    dec = Decoding(sem=None, text="res", ends=[3], accepting=[0, 3])
+    draft = DecodeLoop._draft(dec, Start(heal=" resul"))
+    assert draft.text == "" and draft.ends == []
+    dec = Decoding(sem=None, text=" result)", ends=[7, 8], accepting=[0, 7, 8])
+    assert DecodeLoop._draft(dec, Start(heal=" resul")).text == "t)"
 
 
 def test_code_the_compiler_refuses_is_not_shown_and_is_decoded_again(engine):

@@ -72,3 +72,57 @@ def test_the_rule_does_not_apply_inside_brackets_comments_strings_or_continuatio
 def test_the_indentation_unit_is_read_from_block_headers(doc, unit):
     assert indent_step(doc, len(doc)) == unit
     assert indent_unit(doc, len(doc), " ") == " " * unit and indent_unit(doc, 0, "\t") == "\t"
+
+
+HEAL_TEXTS = ["r", "re", "res", "resu", "resul", "result", "results", "ul", "ult", "sul", " res", "x", "resum"]
+HEAL_MASKS = StepMask([t.encode() for t in HEAL_TEXTS] + [None], [len(HEAL_TEXTS)], len(HEAL_TEXTS) + 1,
+                      torch.device("cpu"))
+
+
+@pytest.mark.parametrize("rest", ["resul", "ul", "l", "result", "x", "resultsx", "\xff"])
+def test_the_heal_rule_allows_exactly_the_tokens_that_agree_with_the_word(rest):
+    """A token agrees with the rest of a healed word when it covers all of it (and may go on) or is
+    a first part of it; the bisection gives the same set as a pass over the vocabulary."""
+    rule = HEAL_MASKS.heal_rule(rest.encode("utf-8"))
+    got = {t for t, blocked in zip(HEAL_TEXTS, rule.blocked) if not blocked}
+    want = {t for t in HEAL_TEXTS if t.startswith(rest) or rest.startswith(t)}
+    assert got == want and rule.heal and rule.blocked[-1]
+    assert HEAL_MASKS.heal_rule(rest.encode("utf-8")) is rule  # memoised
+
+
+def test_a_half_typed_word_gets_the_heal_rule_and_a_space_keeps_its_own():
+    assert HEAL_MASKS.first_token_rule(" resul", "x = resul", False).heal
+    assert not HEAL_MASKS.first_token_rule(" ", "x = ", False).heal
+
+
+def test_the_heal_rule_never_refuses_how_the_tokenizer_splits_real_code(engine):
+    """Soundness (the teacher-forcing check the FSM has): at mid-word cursors in a real file, the
+    tokenizer's own split of the text from where the healed word starts passes the heal rule at
+    every step until the word is re-typed."""
+    import random
+    from pathlib import Path
+
+    import engine as engine_pkg
+    from engine.spec import healed_text
+
+    text = Path(engine_pkg.__file__).with_name("step_mask.py").read_text()
+    masks, vocab = engine.masks, engine.index.vocab
+    rng = random.Random(0)
+    cuts = [i for i in range(1, len(text) - 1) if text[i - 1].isalnum() and text[i].isalnum()]
+    checked = 0
+    for cut in rng.sample(cuts, 200):
+        line = text[text.rfind("\n", 0, cut) + 1: cut]
+        heal = healed_text(text[:cut], line, "")
+        if not heal.strip():
+            continue
+        start = cut - len(heal)
+        ids = engine.lm.tokenizer.encode(text[start: start + 80], add_special_tokens=False)
+        done = b""
+        for tok in ids:
+            rest = heal.encode()[len(done):]
+            if not rest:
+                break
+            assert not masks.heal_rule(rest).blocked[tok], (heal, vocab.tokens[tok])
+            done += vocab.tokens[tok]
+        checked += 1
+    assert checked > 100
