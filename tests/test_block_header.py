@@ -89,6 +89,54 @@ def test_a_line_that_ends_before_the_deeper_ones_is_no_place_to_stop(prefix, com
         assert refusal is None and not sem.accepting()
 
 
+DICT_ITEMS = "\n        'host': 'localhost',\n    }\n    return d\n"
+
+
+@pytest.mark.parametrize("prefix,completion,suffix", [
+    ("def build():\n    ", "def f(self) -> None:", DICT_ITEMS),  # R3 with `d` healed: `def ...:` here
+    ("def build():\n    ", "with open(a) as f:", "\n        a, b)\n    return w\n"),
+    ("def build():\n    ", "for k in ks:", "\n        a, b]\n"),
+])
+def test_no_header_before_deeper_lines_that_close_a_bracket_on_a_line_without_a_colon(prefix, completion, suffix):
+    """R3 again: the deeper lines close a bracket they never opened, so the cursor's line must open it,
+    and since the closing line ends without ``:`` no compound statement can come first (the word
+    healed from ``d`` had let the model write ``def __init__(self, config: Config) ->`` there)."""
+    for multiline in (False, True):
+        refusal, sem = _force(prefix, completion, suffix, multiline)
+        assert refusal is not None and refusal.rule == "block-header", multiline
+        assert block_header_at(prefix, suffix, lex_text(prefix), multiline).must_open
+
+
+@pytest.mark.parametrize("prefix,completion,suffix", [
+    ("def f(a):\n    ", "if g(a,", "\n           b):\n        return a\n"),  # a header that opens the bracket
+    ("class P:\n    ", "def __call__(", "\n        self, file,\n    ) -> bytes: ...\n"),  # wsgiref/types.py
+    ("def f(a):\n    ", "x = g(a,", "\n        b)\n    return x\n"),
+    ("def f(a):\n    ", 's = """', '\n        )"""\n    return s\n'),  # a closer inside a string closes nothing
+])
+def test_a_line_that_opens_the_bracket_the_deeper_lines_close_may_end_the_completion(prefix, completion, suffix):
+    compile(prefix + completion + suffix, "<test>", "exec")
+    refusal, sem = _force(prefix, completion, suffix, multiline=False)
+    assert refusal is None and sem.accepting()
+
+
+def test_a_word_alone_does_not_open_the_bracket_the_deeper_lines_close():
+    refusal, sem = _force("def build():\n    ", "data", DICT_ITEMS, multiline=False)
+    assert refusal is None and not sem.accepting()
+
+
+@pytest.mark.parametrize("lines,closer", [
+    (["        'a': 1,", "    }", "    return d"], "}"),
+    (["           b):", "        body"], "):"),
+    (["        x = (1,", "    2)"], None),  # opened by the deeper lines themselves
+    (["        y = 1", "    z = 2", "    }"], None),  # back at the cursor's indentation first
+    (["        s = 1  # )", "    ]  # note"], "]"),
+])
+def test_the_closer_of_a_bracket_the_deeper_lines_never_opened(lines, closer):
+    from engine.monitors.block_header import unopened_closer
+
+    assert unopened_closer(lines, "    ") == closer
+
+
 # -- through the CLI: the cases and siblings of their kinds (the real engine and embedded model) ------
 
 REPORTS = Path("/work/shared/cases/real-reports")

@@ -161,9 +161,11 @@ def teacher_force(path: Path, tok, vocab, policies, rng: random.Random, counts: 
             continue
         completion, suffix = _span(text, p)
         prefix = text[:p]
-        if block_header_at(prefix, suffix, state) is None:
+        monitor = block_header_at(prefix, suffix, state)
+        if monitor is None:
             continue
         counts["block-header positions"] += 1
+        counts["block-header positions that must open a bracket"] += monitor.must_open
         why = _force_semantics(policies, str(path), prefix, completion, suffix, state, tok, vocab)
         if why:
             counts["block-header refusals"] += 1
@@ -197,5 +199,5 @@ def test_no_monitor_refuses_a_real_next_token(tokenizer):
         refusals += teacher_force(path, tokenizer, vocab, policies, rng, counts)
     print("\nmonitor soundness:", dict(sorted(counts.items())))
     assert counts["names positions"] > 1000 and counts["member positions"] > 40 and counts["slots positions"] > 40
-    assert counts["block-header positions"] > 100
+    assert counts["block-header positions"] > 100 and counts["block-header positions that must open a bracket"] > 20
     assert not refusals, refusals[:20]

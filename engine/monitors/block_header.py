@@ -12,11 +12,13 @@ import re
 from ..lexing import automaton as pylex
 from ..lexing.automaton import Lex
 from ..lexing.vocabulary import COMPOUND_KEYWORDS, indent_width
-from .base import Refusal, ident_char
+from .base import PROSE_MODES, Refusal, ident_char
 from .member import MemberAccess
 
 HEADER_KEYWORDS = COMPOUND_KEYWORDS
 """The words a compound statement's header starts with (Python reference, "Compound statements")."""
+HARD_HEADER_KEYWORDS = frozenset(HEADER_KEYWORDS) - {"match", "case"}
+"""Those that are always a header at a line's start (``match`` and ``case`` are soft keywords, PEP 634)."""
 
 
 class BlockHeader(MemberAccess):
@@ -30,7 +32,11 @@ class BlockHeader(MemberAccess):
       editors trim to column 0 inside a body);
     * a line whose first word is one of :data:`HEADER_KEYWORDS` opens a block;
     * any other line may still continue into the deeper lines: an open bracket (R3: ``d = {``
-      before the dict's items), a triple-quoted string or a backslash. So it is refused only
+      before the dict's items), a triple-quoted string or a backslash;
+    * when the deeper lines close a bracket they never opened (``must_open``: R3's ``}``; at the
+      cursor no bracket is open), the line must open it, header or not (``if f(a,`` before
+      ``b):``), and when the line that closes it has no ``:`` after the closer no header can come
+      before it (``header_ok`` False: ``def ...:`` before ``"host": "localhost", }`` is refused). So it is refused only
       where its logical line ends without continuing (a newline at bracket depth 0 in code or
       after a comment); whether a header ends with its ``:`` is left to the line finisher and
       validation. In a multi-line completion (``multiline``) that line end is not refused: a
@@ -39,12 +45,13 @@ class BlockHeader(MemberAccess):
 
     Fed every character (:attr:`NEEDS_DEPTH`) through :meth:`feed_at`."""
 
-    __slots__ = ("column", "continues", "next_indent", "multiline", "ended", "open")
+    __slots__ = ("column", "continues", "next_indent", "multiline", "ended", "open", "must_open", "header_ok")
     RULE = "block-header"
     WHY = "the next line is indented deeper, so this line must open a block"
     NEEDS_DEPTH = True
 
-    def __init__(self, typed: str = "", column: int = 0, next_indent: int = 1 << 30, multiline: bool = False):
+    def __init__(self, typed: str = "", column: int = 0, next_indent: int = 1 << 30, multiline: bool = False,
+                 must_open: bool = False, header_ok: bool = True):
         super().__init__(HEADER_KEYWORDS, typed, "block header (the next line is indented deeper)")
         self.column = column  # indentation width before the line's first word, in columns
         self.next_indent = next_indent  # the next code line's indentation width
@@ -52,11 +59,14 @@ class BlockHeader(MemberAccess):
         self.multiline = multiline  # the completion may write more lines after this one
         self.ended = False  # multiline: a line that was no header ended; a later line must open the block
         self.open = False  # the text so far ends inside a bracket, a string or after a backslash
+        self.must_open = must_open  # the deeper lines close a bracket: this line must open it
+        self.header_ok = header_ok  # False: the line that closes it has no ':', so no header here
 
     def copy(self) -> BlockHeader:
         new = super().copy()
         new.column, new.next_indent, new.continues = self.column, self.next_indent, self.continues
         new.multiline, new.ended, new.open = self.multiline, self.ended, self.open
+        new.must_open, new.header_ok = self.must_open, self.header_ok
         return new
 
     def _track_open(self, ch: str, depth: int, code: bool, comment: bool) -> None:
@@ -95,13 +105,17 @@ class BlockHeader(MemberAccess):
             return None
         if not self.typed and ch in " \t":
             self.column = indent_width(" " * self.column + ch)
-            if self.column >= self.next_indent:
+            if self.column >= self.next_indent and not self.must_open:
                 self.done = True  # a statement of the deeper body itself
             return None
         if ident_char(ch):
             self.typed += ch
             return None
-        if not (self.typed and self._is_member(self.typed)):
+        if not self.header_ok and self.typed in HARD_HEADER_KEYWORDS:
+            self.done = True
+            return Refusal(self.RULE, "the deeper lines close a bracket on a line with no ':' after it, "
+                                      "so no compound statement can start here")
+        if self.must_open or not (self.typed and self._is_member(self.typed)):
             self.continues = True  # no header keyword: the line must continue (see the class docstring)
             return self.feed_at(ch, depth, code, comment)
         self.done = True
@@ -116,6 +130,8 @@ class BlockHeader(MemberAccess):
         still open the block."""
         if self.continues:
             return self.open
+        if self.must_open:  # a word alone does not open the bracket the deeper lines close
+            return self.done or (not self.typed and not self.ended)
         return self.done or (not self.typed and not self.ended) or self._is_member(self.typed)
 
 
@@ -143,12 +159,39 @@ def block_header_at(prefix: str, suffix: str, state: Lex, multiline: bool = Fals
     rest, _, after = suffix.partition("\n")
     if rest.strip():
         return None
-    for next_line in after.split("\n"):
+    lines = after.split("\n")
+    for i, next_line in enumerate(lines):
         stripped = next_line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         nxt = _INDENT_RE.match(next_line).group(0)
         if len(nxt) > len(indent) and nxt.startswith(indent):
-            return BlockHeader(typed, indent_width(indent), indent_width(nxt), multiline)
+            closing = unopened_closer(lines[i:], indent)
+            return BlockHeader(typed, indent_width(indent), indent_width(nxt), multiline,
+                               must_open=closing is not None, header_ok=closing is None or ":" in closing)
         return None
+    return None
+
+
+def unopened_closer(lines: list[str], indent: str) -> str | None:
+    """The deeper ``lines`` after the cursor's line and the first code line back at the cursor's
+    indentation (or less): when they close a bracket they never opened, the rest of the line that
+    does (stripped, its comment dropped: ``"):"``, ``"}"``), else None. The lexer judges strings
+    and comments; text it cannot read (an error elsewhere) gives None: no rule."""
+    lex = Lex(None)
+    lex.indents = None
+    for line in lines:
+        stripped = line.strip()
+        back = stripped and not stripped.startswith("#") and not (
+            line.startswith(indent) and len(_INDENT_RE.match(line).group(0)) > len(indent))
+        for k, ch in enumerate(line + "\n"):
+            if ch in ")]}" and not lex.brackets and lex.mode not in PROSE_MODES:
+                rest = line[k:].split("#", 1)[0].strip()
+                return rest
+            try:
+                lex.feed_char(ch)
+            except (pylex.Reject, pylex.Complex):
+                return None
+        if back:
+            return None
     return None
