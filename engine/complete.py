@@ -442,7 +442,7 @@ class Engine(DecodeLoop):
         remote backend would). Adds the semantic monitors' setup time (jedi) to ``stages.semantics``."""
         s = self.settings
         if not plan.constrained:  # token healing still applies: no FSM, but the end of the prefix is given back
-            heal = healed_text(plan.prefix, plan.cursor_line, plan.suffix, words=not self.remote)
+            heal = healed_text(plan.prefix, plan.cursor_line, plan.suffix)
             return Start(style=detect_indent_style(plan.prefix) if s.constraints.validate else None, heal=heal,
                          first=self.masks.first_token_rule(heal, plan.cursor_line, plan.multiline) if heal else None)
         if spec is None:

@@ -89,7 +89,7 @@ class ConstrainedRow(DecodeLoop):
         self.index, self.monitor_filter = tables.index, tables.monitor_filter
         self.masks = tables.masks_for(spec.domain_vocabulary)
         # the request's shape as the decode loop reads it (the tail holds the cursor's line)
-        self.plan = Plan(prefix=spec.tail, suffix="", eol="\n", constrained=True, multiline=spec.multiline,
+        self.plan = Plan(prefix=spec.tail, suffix="", eol="\n", constrained=spec.constrained, multiline=spec.multiline,
                          wrap_ok=spec.wrap_ok, max_tokens=spec.max_tokens, temperature=spec.temperature,
                          top_p=spec.top_p, seed=spec.seed, context=None, single_line=spec.single_line)
         self.start = start_from_spec(spec, self.index, tables.memo, self.masks)
@@ -124,6 +124,12 @@ class ConstrainedRow(DecodeLoop):
         the step's token mask, the monitors' filter and the fuse, or one stop token once decoding
         must end. Never raises (an internal failure becomes the sticky error)."""
         self._provisional()
+        if self.stop is None and self.start.guide is None:  # an unconstrained request's spec: healing only
+            try:
+                return self.masks.decodable(raw, self._step_rule(self.start, self.dec))
+            except Exception as exc:  # noqa: BLE001 (a rule never takes the server down)
+                log.exception("healing step failed")
+                self._fail(StopReason.FSM, f"constraint error: {exc}")
         if self.stop is None:
             try:
                 step = TraceStep()

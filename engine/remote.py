@@ -21,7 +21,7 @@ from .api import Completion, CompletionRequest, StopReason
 from .constrained import RowTables, replay
 from .decode_loop import Decoding, Start
 from .plan import Plan, plan_request
-from .spec import ConstraintSpec
+from .spec import ConstraintSpec, healing_spec
 from .stages import Stages
 
 
@@ -71,6 +71,9 @@ def prepare(engine, req: CompletionRequest) -> RemoteRequest | Completion:
     spec = start.spec
     prompt = engine.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
     stop_ids = sorted(set(engine.builder.stop_ids) | set(engine.index.vocab.eos_ids))
+    if spec is None and start.heal:  # unconstrained: the server's logits processor still heals
+        spec = healing_spec(plan, start.heal, stop_ids=stop_ids, stop_tokens=engine.builder.tpl.stop_tokens,
+                            vocab_digest=engine.vocab_digest)
     return RemoteRequest(list(prompt.ids), spec, plan.max_tokens, stop_ids, plan.temperature, plan.top_p, plan.seed,
                          req, plan, start, result)
 

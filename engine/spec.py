@@ -152,7 +152,9 @@ class ConstraintSpec:
     tokenizer's EOS); ``stop_tokens``: the template's stop token strings (the receiving side builds
     the same vocabulary); ``vocab_digest``: :meth:`engine.vocab.Vocabulary.digest` of the sender's
     tokenizer (a server with another tokenizer refuses the spec). ``mode``/``policy``: the
-    fingerprint's mode and its policy (informational)."""
+    fingerprint's mode and its policy (informational). ``constrained`` False: an unconstrained
+    request's spec (:func:`healing_spec`): only token healing's rules and the stop rules apply, so a
+    remote backend heals as the in-process decoder does."""
 
     lex: Lex
     style: str | None
@@ -177,6 +179,7 @@ class ConstraintSpec:
     fuse_bias: float = 2.0
     mode: str | None = None
     policy: dict | None = None
+    constrained: bool = True
     version: int = SPEC_VERSION
 
     @property
@@ -259,7 +262,7 @@ def healed_space(prefix: str, cursor_line: str) -> str:
 MAX_HEALED_WORD = 48  # characters; a longer word at the cursor is not given back
 
 
-def healed_text(prefix: str, cursor_line: str, suffix: str = "", words: bool = True) -> str:
+def healed_text(prefix: str, cursor_line: str, suffix: str = "") -> str:
     """The end of ``prefix`` token healing gives back to the model: the half-typed word at the
     cursor with the single space before it (``print(resul`` -> ``"resul"``, ``x = resul`` ->
     ``" resul"``: BPE reads ``result`` as one token that the prompt's ``res`` + ``ul`` cuts in
@@ -267,10 +270,9 @@ def healed_text(prefix: str, cursor_line: str, suffix: str = "", words: bool = T
     :func:`healed_space`. The decoded text must then start with it, over as many tokens as the
     model needs (:meth:`engine.step_mask.StepMask.heal_rule`), and it is removed afterwards (it is
     the user's). No word is given back when word characters follow the cursor (``res|ult``: the
-    model would write the word twice), when it is longer than :data:`MAX_HEALED_WORD`, or
-    ``words`` is False (a remote backend decoding without the rule)."""
+    model would write the word twice) or when it is longer than :data:`MAX_HEALED_WORD`."""
     k = len(prefix)
-    while words and k and len(prefix) - k <= MAX_HEALED_WORD and ident_char(prefix[k - 1]):
+    while k and len(prefix) - k <= MAX_HEALED_WORD and ident_char(prefix[k - 1]):
         k -= 1
     word = prefix[k:]
     if not word or len(word) > MAX_HEALED_WORD or (suffix[:1] and ident_char(suffix[0])):
@@ -333,6 +335,18 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
         policy=dataclasses.asdict(mode_policy) if dataclasses.is_dataclass(mode_policy) else None)
 
 
+def healing_spec(plan, heal: str, *, stop_ids=(), stop_tokens=(), vocab_digest: str = "") -> ConstraintSpec:
+    """The spec of an unconstrained request whose prompt gives ``heal`` back to the model
+    (:func:`healed_text`): no FSM and no monitor, only the heal rule and the stop rules, for a remote
+    backend's logits processor (the in-process loop applies the same rules without a spec)."""
+    tail = plan.prefix[-max(64, len(plan.cursor_line)):]
+    return ConstraintSpec(lex=Lex(None), style=None, heal=heal, tail=tail, multiline=plan.multiline,
+                          wrap_ok=plan.wrap_ok, single_line=plan.single_line, max_tokens=plan.max_tokens,
+                          temperature=plan.temperature, top_p=plan.top_p, seed=plan.seed,
+                          stop_ids=sorted(set(stop_ids)), stop_tokens=list(stop_tokens), vocab_digest=vocab_digest,
+                          constrained=False)
+
+
 def make_resolver(spec: ResolverSpec):
     """The callee resolver of :class:`engine.monitors.semantics.Semantics` for ``spec``: memoised
     per callee text, jedi without parsing the whole document (``document=False``)."""
@@ -359,6 +373,9 @@ def start_from_spec(spec: ConstraintSpec, index, memo, masks):
     from .fsm import PythonGuide
 
     start = Start(style=spec.style, heal=spec.heal, indent=spec.indent_unit)
+    if not spec.constrained:  # token healing's rule only (healing_spec)
+        start.first = masks.first_token_rule(spec.heal, spec.cursor_line, spec.multiline) if spec.heal else None
+        return start
     state = spec.lex.copy()
     start.guide = PythonGuide(index, state, memo)
     start.lex = state.copy()
@@ -380,5 +397,5 @@ def _copy_monitors(sem: Semantics) -> Semantics:
 
 
 __all__ = ["SPEC_VERSION", "ConstraintSpec", "ResolverSpec", "SpecError", "constraint_spec", "decode", "encode",
-           "make_resolver", "start_from_spec"]
+           "healing_spec", "make_resolver", "start_from_spec"]
 

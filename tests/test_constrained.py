@@ -95,6 +95,23 @@ def test_spec_through_json_and_outside_decoding_equal_in_process(local, tasks):
     assert not differ
 
 
+@pytest.mark.parametrize("prefix", ["def load(path):\n    result = []\n    print(resul",
+                                    "import sys\n\nif __name__ == ", "import os\n\nx = os.pa"])
+def test_an_unconstrained_request_heals_outside_as_in_process(local, prefix):
+    """Unconstrained, the in-process loop still gives a typed space or half-typed word back to the model
+    and masks the first tokens to re-type it; a remote backend gets that rule as a healing-only spec
+    (``constrained`` False), so an outside engine decodes the same ids and text."""
+    req = CompletionRequest(prefix=prefix, suffix="\n", constraints=False)
+    built = _complete(local, req, wire=False)
+    remote = prepare(local, req)
+    assert remote.spec is not None and not remote.spec.constrained and remote.spec.heal
+    again = ConstraintSpec.from_json(remote.spec.to_json())
+    assert not again.constrained and again.heal == remote.spec.heal
+    ids = _outside(local, remote)
+    outside = settle(local, remote, ids, finished_by_length=len(ids) >= remote.max_tokens)
+    assert outside.text == built[0] and [t for t in ids if t not in remote.stop_ids] == built[1]
+
+
 def test_seed_example_spec_carries_the_slots_and_keeps_timeout(local):
     remote = prepare(local, SEED)
     spec = remote.spec

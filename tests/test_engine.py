@@ -307,11 +307,10 @@ def test_an_indentation_typed_is_healed_and_the_statement_follows(engine):
     ("print(res", "ult)", ""), ("x = ", "y", " "), ("f(a, b" + "c" * 60, "", ""), ("self.na", "", "na"),
 ])
 def test_the_healed_text_is_the_half_typed_word_and_the_space_before_it(prefix, suffix, heal):
-    from engine.spec import healed_space, healed_text
+    from engine.spec import healed_text
 
     line = prefix[prefix.rfind("\n") + 1:]
     assert healed_text(prefix, line, suffix) == heal
-    assert healed_text(prefix, line, suffix, words=False) == healed_space(prefix, line)
 
 
 PRINT_RESUL = ("def load(path):\n    result = []\n    with open(path) as f:\n        for line in f:\n"
