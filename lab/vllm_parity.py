@@ -113,7 +113,7 @@ def run(n_tasks: int, seed: int, unconstrained: int) -> dict:
         ids_vllm = [t for t in o.token_ids if t not in r.stop_ids]
         rows.append({
             "i": i, "kind": tasks[i].kind if i < len(tasks) else ("seed" if i == len(tasks) else "unconstrained"),
-            "path": req.path, "constrained": req.constraints, "same_text": a.text == b.text,
+            "path": req.path, "constrained": req.constraints, "spec": r.spec is not None, "same_text": a.text == b.text,
             # unconstrained: vLLM has no stop rules for the row, so it decodes on past the local stop
             "same_ids": ids_local == ids_vllm if req.constraints else ids_vllm[: len(ids_local)] == ids_local,
             "text_local": a.text, "text_vllm": b.text, "stop_local": str(a.stop_reason), "stop_vllm": str(b.stop_reason),
