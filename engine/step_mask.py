@@ -163,9 +163,12 @@ class StepMask:
     def heal_rule(self, rest: bytes) -> FirstTokenRule:
         """While decoding re-types a healed word (``rest``: its bytes not yet decoded, non-empty): only
         tokens that agree with it, either covering all of ``rest`` and going on (``result`` for
-        ``resul``) or being a first part of it (``res``), so the decoded text starts with the word
-        however the model splits it (token healing, Lundberg 2023; guidance). Memoised per ``rest``;
-        a bisection over the sorted token bytes, no pass over the vocabulary."""
+        ``resul``) or being its longest first part in the vocabulary (``res``), so the decoded text
+        starts with the word (token healing, Lundberg 2023; guidance). Shorter first parts are
+        refused: a small model often prefers a single letter, and ``l`` + ``e`` + ``nt`` for
+        ``len`` is a split it never saw in training, after which it wrote ``lent._flav_info``.
+        Every text that starts with ``rest`` stays reachable (single bytes are tokens). Memoised
+        per ``rest``; a bisection over the sorted token bytes, no pass over the vocabulary."""
         import bisect
 
         rule = self._heal_rules.pop(rest, None)
@@ -175,7 +178,9 @@ class StepMask:
             bound = rest.rstrip(b"\xff")  # the least bytes above every string that starts with rest
             hi = bisect.bisect_left(keys, bound[:-1] + bytes([bound[-1] + 1]), lo) if bound else len(keys)
             allowed = [int(i) for i in self._sorted_ids[lo:hi]]
-            allowed += [self._id_of[rest[:k]] for k in range(1, len(rest)) if rest[:k] in self._id_of]
+            longest = next((rest[:k] for k in range(len(rest) - 1, 0, -1) if rest[:k] in self._id_of), None)
+            if longest is not None:  # the longest first part only: the split the tokenizer makes, not l + e + n
+                allowed.append(self._id_of[longest])
             blocked = np.ones(len(self.tokens), dtype=bool)
             blocked[allowed] = False
             rule = FirstTokenRule(blocked, ("heal", rest), heal=True)
