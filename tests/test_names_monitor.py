@@ -130,6 +130,18 @@ def test_a_name_is_judged_when_it_ends_not_while_it_is_written():
     assert refusal is None and monitor.accepting()
 
 
+@pytest.mark.parametrize("completion,ends", [
+    ("with open(path) as fh:", True), ("for item in path:", True), ("if unbound_thing:", False),
+    ("for item in nowhere:", False),
+])
+def test_a_header_may_end_right_after_the_colon_that_binds_its_target(completion, ends):
+    """A completion that ends with a header's ``:`` after its target (``as fh:``): the colon could still
+    start ``:=``, so the name's judgement was pending and the monitor did not let the completion end
+    there; validation then cut ``with open(path, "w") as f:`` back to ``with open(path, "w"):``."""
+    refusal, _, monitor = run(FUNC, completion)
+    assert refusal is None and monitor.accepting() is ends
+
+
 def test_a_name_the_completion_binds_may_be_loaded_after():
     assert run(FUNC, "fresh = 1\n    print(fresh)\n")[0] is None
     assert run(FUNC, "print(fresh)\n")[0] is not None

@@ -369,6 +369,13 @@ class NamesMonitor:
         """May the completion end here? Not right after a name (or with deferred names) bound
         nowhere: the text after the cursor cannot bind a name the completion wrote."""
         name = self.word if self.word and not (self.word_dot or self.word_user) and self.word != self.typed else ""
+        if self.decide is not None and self.op == ":" and not self.decide[2]:
+            # a name before a colon that ends the text (``with open(p) as f:``, ``for x in xs:``): what
+            # the line's end decides (a header's target binds it; a load must still be bound)
+            probe = self.copy()
+            if probe._decide("\n", probe.decide[1]) is not None:
+                return False
+            return all(probe.is_bound(n) for n, _ in probe.pending)
         if self.decide is not None and not self.decide[2]:
             name = self.decide[0]
         if name and not (name[0].isdigit() or name in KEYWORDS or self.is_bound(name) or self.stmt):
