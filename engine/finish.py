@@ -40,6 +40,7 @@ from .validate import (
     clears_error_after_cursor,
     finish_line,
     judge,
+    line_state,
     longest_valid,
     region_compiles,
 )
@@ -364,8 +365,12 @@ def _finish_line(cur: Cursor, generated: list[str], text: str, result: Completio
     """The code mode's safe continuation: finish the line (close brackets, a string, add a block
     opener's ``:``) at the longest valid point, so the line compiles; when validation cut the
     completion, a longer part of it may still finish the line with a fix."""
+    line_start = cur.prefix.rfind("\n") + 1
+    at_line = line_state(cur.top_level, line_start) if line_start else None
+    outer = len(at_line.brackets) if at_line is not None else 0
+
     def fixes(t: str) -> list[str]:
-        return line_fixes(cur.lex, cur.heal + t)
+        return line_fixes(cur.lex, cur.heal + t, outer)
 
     pieces = generated[: ends_at(generated, text)]
     done = None
@@ -383,9 +388,11 @@ def _finish_line(cur: Cursor, generated: list[str], text: str, result: Completio
     return "".join(pieces[:k]) + fix
 
 
-def line_fixes(start: pylex.Lex, text: str) -> list[str]:
+def line_fixes(start: pylex.Lex, text: str, outer: int = 0) -> list[str]:
     """What may finish the line after ``text`` (lexer ``start`` at the cursor): nothing, the
-    closers of the open brackets (after closing a plain string), then those plus ``:``."""
+    closers of the open brackets (after closing a plain string), then those plus ``:``. The
+    ``outer`` brackets were open before the cursor's line began (a dict or call the user is
+    writing over several lines): they are never closed here, the lines after it do that."""
     try:
         st = pylex.lex_text(text, start=start)
     except pylex.Reject:
@@ -400,7 +407,7 @@ def line_fixes(start: pylex.Lex, text: str) -> list[str]:
         return [""]  # inside an f-string field: leave it to the model
     opened = st.brackets[len(start.brackets):] if st.brackets[: len(start.brackets)] == start.brackets else ()
     inner = fix + "".join(pylex.OPENERS[f] for f in reversed(opened))  # brackets the completion opened
-    closers = fix + "".join(pylex.OPENERS[f] for f in reversed(st.brackets))
+    closers = fix + "".join(pylex.OPENERS[f] for f in reversed(st.brackets[outer:]))
     return list(dict.fromkeys(["", inner, closers, closers + ":"]))
 
 

@@ -231,7 +231,7 @@ def region(prefix: str, suffix: str, top_level=None, narrow: bool = True) -> tup
                 first -= 1
             start = offsets[first]
             break
-    state = _line_state(top_level, offsets[-1])  # the cursor's line start, lexed already: only its line is fed
+    state = line_state(top_level, offsets[-1])  # the cursor's line start, lexed already: only its line is fed
     lexer = _RegionLexer(prefix[offsets[-1]:], state) if state is not None else _RegionLexer(prefix[start:])
     end = len(suffix)
     pos = suffix.find("\n") + 1
@@ -244,7 +244,7 @@ def region(prefix: str, suffix: str, top_level=None, narrow: bool = True) -> tup
     return header + prefix[start:], suffix[:end]
 
 
-def _line_state(top_level, offset: int):
+def line_state(top_level, offset: int):
     """The prefix lexer's state at the line start ``offset`` when ``top_level`` is that lexer's
     (:meth:`engine.lexing.PrefixLexer.top_level`, which answers for the same prefix), else None."""
     state_at = getattr(getattr(top_level, "__self__", None), "state_at", None)

@@ -160,3 +160,27 @@ def test_a_single_line_completion_starts_a_new_line_only_where_an_item_may(prefi
 
     plan = plan_request(CompletionRequest(prefix=prefix, suffix=")\n"), Settings())
     assert plan.fp.mode == "call-arguments" and plan.wrap_ok is wrap
+
+
+@pytest.mark.parametrize("prefix,text,outer,closers", [
+    ('def make_user(name, age):\n    user = {\n        "name": name,\n        ', '"age": age,', 1, ["", ":"]),
+    ("x = f(\n    a,\n    ", "g(b", 1, ["", ")", "):"]),
+    ("print(len", "(x", 0, ["", ")", "))", ")):"]),
+])
+def test_a_line_fix_never_closes_a_bracket_opened_before_the_cursors_line(prefix, text, outer, closers):
+    """A dict or call the user writes over several lines is theirs to close on a later line: the line
+    finisher closes only what the completion or the cursor's own line opened (the reviewer's
+    ``"name": name,}`` closed the dict being typed)."""
+    from engine.finish import line_fixes
+    from engine.lexing.automaton import lex_text
+
+    assert line_fixes(lex_text(prefix), text, outer) == closers
+
+
+def test_the_engine_counts_the_brackets_open_before_the_cursors_line(engine):
+    from engine.api import CompletionRequest
+
+    prefix = 'def make_user(name, age):\n    user = {\n        "name": name,\n        '
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=""))
+    assert "}" not in result.semantics.get("line_fix", {}).get("appended", "")
+    assert not result.text.endswith("}") or result.text.count("{") >= result.text.count("}")
