@@ -178,7 +178,7 @@ class ConstrainedRow(DecodeLoop):
         try:
             if not self._commit(tok, None, self.start, self.dec, TraceStep(), _NoStream, self.result):
                 self._fail(StopReason.FSM, f"token {tok} is refused by the constraints")
-            elif self._stops_after(self.dec, self.plan):
+            elif self._stops_after(self.dec, self.plan, self.start.heal):
                 self.stop = self.dec.stop
             elif len(self.dec.gen) >= self.spec.max_tokens:
                 self.stop = StopReason.MAX_TOKENS

@@ -175,7 +175,7 @@ class DecodeLoop:
                 dec.stop = StopReason.FSM
                 break
             dec.logprobs.append(self._logprob(choice.logits if choice.logits is not None else raw, choice.tok))
-            if self._stops_after(dec, plan):
+            if self._stops_after(dec, plan, start.heal):
                 break
             logits = self._next_logits(choice.tok, plan, start, dec, stop_ids, history)
             if history is not None:  # once per model step, before any mask (a step back reuses it)
@@ -200,10 +200,11 @@ class DecodeLoop:
         return self.masks.heal_rule(rest) if rest else None
 
     @staticmethod
-    def _stops_after(dec: Decoding, plan: Plan) -> bool:
+    def _stops_after(dec: Decoding, plan: Plan, heal: str = "") -> bool:
         """After a committed token: does the completion end here? The repetition monitor (a loop
         ends it after its first copy), a line break in a single-line completion, a dedent below
-        the cursor's block in a multi-line one. Sets ``dec.stop`` (and ``dec.cut``) when it does."""
+        the cursor's block in a multi-line one. Sets ``dec.stop`` (and ``dec.cut``) when it does.
+        ``heal``: the end of the cursor's line the decoded text re-types (it is in both)."""
         tm = time.perf_counter()
         run = dec.loops.feed(dec.text)
         dec.monitors_s += time.perf_counter() - tm
@@ -213,7 +214,8 @@ class DecodeLoop:
         if not plan.multiline and "\n" in dec.text[leading_break(dec.text, plan.wrap_ok):]:
             dec.stop = StopReason.NEWLINE
             return True
-        if plan.multiline and "\n" in dec.text and multiline_cut(plan.cursor_line, dec.text) is not None:
+        line = plan.cursor_line[: len(plan.cursor_line) - len(heal)] if heal else plan.cursor_line
+        if plan.multiline and "\n" in dec.text and multiline_cut(line, dec.text) is not None:
             dec.stop = StopReason.DEDENT
             return True
         return False

@@ -227,6 +227,8 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     if draft.accepting is not None:  # stop at the last valid point (not after a dangling '.', '!', escape, ...)
         if len(text) not in draft.accepting:
             text = text[: max(e for e in draft.accepting if e <= len(text))]
+            if cur.multiline and "\n" in text:
+                text = text.rstrip(" \t\n")  # no dangling indentation of a line cut away
         cuts = draft.accepting  # truncation candidates: where the FSM could have stopped
     ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
     if in_code(cur.prefix):  # never fuse with the word after the cursor: only whole-word ends (R12)

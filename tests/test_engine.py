@@ -368,3 +368,19 @@ def test_code_the_compiler_refuses_is_not_shown_and_is_decoded_again(engine):
                                                suffix="\n    if a == 2:\n        break\n", multiline=True))
     compile("for a in range(5):\n    " + result.text + "\n    if a == 2:\n        break\n", "<t>", "exec")
     assert not result.text.startswith(("return", "if a == 2")), result.text
+
+
+def test_a_healed_indentation_does_not_end_a_multiline_completion_after_its_first_line():
+    """The dedent stop compares each line with the completion's first line: that line is the
+    cursor's line (its typed indentation) plus the decoded text, which re-types the healed space.
+    Counted twice, the first line looked one column deeper than the next, and every multi-line
+    completion on a fresh indented line stopped after one line (R6 showed ``x = 1\\n   ``)."""
+    from engine.decode_loop import Decoding, DecodeLoop
+    from engine.plan import Plan
+
+    plan = Plan(prefix="def f(x):\n    y = x\n    ", suffix="", eol="\n", constrained=True, multiline=True,
+                wrap_ok=False, max_tokens=48, temperature=0.0, top_p=1.0, seed=0, context=None, single_line=False)
+    body = Decoding(sem=None, text=" z = y\n    return z")
+    assert not DecodeLoop._stops_after(body, plan, " ") and body.stop != "dedent"
+    out = Decoding(sem=None, text=" z = y\nprint(z)")
+    assert DecodeLoop._stops_after(out, plan, " ")  # a real dedent still ends it
