@@ -7,7 +7,9 @@ Agrawal et al., NeurIPS 2023, applied to repetition; the same bound the bench's 
 
 A *run* is a fragment of at least :data:`MIN_PERIOD` characters that is not itself a repetition of
 a shorter fragment (``"--"`` is ``"-"`` twice and does not count: ``"----------"`` rulers are real
-code) written :data:`MAX_REPEATS` or more times in a row. The monitor never masks a token: real code
+code) written :data:`MAX_REPEATS` or more times in a row, or a line of a multi-line completion
+written again on the next line (:func:`line_run`: lines are longer than :data:`MAX_PERIOD`, and a
+small model copies ``self.errors = codecs.utf_32_encode`` line after line). The monitor never masks a token: real code
 does write ``(0, 0, 0)`` now and then, so refusing would be unsound. It ends the completion instead
 and hands back the offset where the run's second copy starts; the finisher cuts there and then
 backs off to a natural boundary (:func:`natural_cut`).
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 MIN_PERIOD = 2  # shortest fragment that counts (single characters repeat in real code: "=====")
 MAX_PERIOD = 32  # longest fragment looked for
 MAX_REPEATS = 3  # a fragment written this many times in a row is a loop
+MIN_LINE = 4  # a line repeated on the next line is a loop when its code has at least this many characters
 
 
 @dataclass(frozen=True)
@@ -44,15 +47,16 @@ def _primitive(fragment: str) -> bool:
     return (fragment + fragment).find(fragment, 1) == n
 
 
-def find_run(text: str, end_from: int = 0, repeats: int = MAX_REPEATS) -> Run | None:
-    """The earliest-ending loop of ``text`` whose last copy ends at or after ``end_from``, or None.
+def find_run(text: str, end_from: int = 0, repeats: int = MAX_REPEATS, max_period: int = MAX_PERIOD) -> Run | None:
+    """The earliest-ending loop of ``text`` whose last copy ends at or after ``end_from``, or None;
+    fragments of at most ``max_period`` characters (the bench's garbage metric looks for any length).
 
     Cost: O((len(text) - end_from + 1) · MAX_PERIOD · period) character comparisons at worst, small
     for one decode step's new characters.
     """
     n = len(text)
     for end in range(max(end_from, MIN_PERIOD * repeats), n + 1):
-        for period in range(MIN_PERIOD, min(MAX_PERIOD, end // repeats) + 1):
+        for period in range(MIN_PERIOD, min(max_period, end // repeats) + 1):
             start = end - period * repeats
             unit = text[end - period : end]
             if all(text[start + k * period : start + (k + 1) * period] == unit for k in range(repeats - 1)) \
@@ -64,6 +68,22 @@ def find_run(text: str, end_from: int = 0, repeats: int = MAX_REPEATS) -> Run | 
                 while start > 0 and text[start - 1] == text[start - 1 + period]:
                     start -= 1
                 return Run(start, period, (end - start) // period)
+    return None
+
+
+def line_run(text: str, end_from: int = 0) -> Run | None:
+    """The first line of ``text`` that the next line repeats (the same code, at least
+    :data:`MIN_LINE` characters once stripped), where that next line ends at or after ``end_from``
+    (its line break included), as a :class:`Run` of two copies from the first line's start; None
+    when there is none. The first line is the completion's part of the cursor's line."""
+    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
+    for k in range(1, len(starts) - 1):
+        end = starts[k + 1]  # the repeated line is complete: a line break follows it
+        if end < end_from:
+            continue
+        first, again = text[starts[k - 1]: starts[k] - 1].strip(), text[starts[k]: end - 1].strip()
+        if first == again and len(first) >= MIN_LINE:
+            return Run(starts[k - 1], starts[k] - starts[k - 1], 2)
     return None
 
 
@@ -83,7 +103,10 @@ class RepetitionMonitor:
         self._checked = len(text)
         if len(text) < MIN_PERIOD * self.repeats:
             return None
-        return find_run(text, end_from=start + 1 if start else 0, repeats=self.repeats)
+        run = find_run(text, end_from=start + 1 if start else 0, repeats=self.repeats)
+        if run is None and "\n" in text[start:]:
+            run = line_run(text, end_from=start + 1 if start else 0)
+        return run
 
 
 _BOUNDARY_AFTER = frozenset(",)]}:;")

@@ -57,7 +57,7 @@ def garbage_reasons(text: str, stop_reason: str, new_names: list[str]) -> list[s
     reasons = []
     if not text.strip():
         return reasons
-    if find_run(text) is not None:
+    if find_run(text, max_period=len(text)) is not None:  # the definition: a fragment of any length
         reasons.append("loop")
     if stop_reason == "max_tokens":
         reasons.append("max_tokens")

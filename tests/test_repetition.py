@@ -92,3 +92,31 @@ def test_usefulness_summary():
     assert summary["useful"] == round(1 / 3, 4)
     assert summary["garbage"] == 0.5
     assert summary["garbage_reasons"] == {"loop": 1, "max_tokens": 1}
+
+
+@pytest.mark.parametrize("text,kept", [
+    ('f.write(2**16 * b"m")\n            f.write(2**16 * b"m")\n            f.write(', 'f.write(2**16 * b"m")'),
+    ("__init__(self, errors)\n        self.errors = codecs.utf_32_encode\n        self.errors = codecs.utf_32_encode\n",
+     "__init__(self, errors)\n        self.errors = codecs.utf_32_encode"),
+])
+def test_a_line_written_again_on_the_next_line_is_a_loop(text, kept):
+    """Whole lines are longer than the fragments the character check looks for (at most 32): block
+    completions repeated a line until the token budget ran out."""
+    from engine.repetition import line_run
+
+    run = line_run(text)
+    assert run is not None and text[: loop_cut(text, run)] == kept
+
+
+@pytest.mark.parametrize("text", ["x = 1\n    y = 2\n    y = 3\n", ")\n    )\n    )\n", "a = b\n    a = b"])
+def test_different_or_short_or_unfinished_lines_are_no_line_loop(text):
+    from engine.repetition import line_run
+
+    assert line_run(text) is None
+
+
+def test_the_garbage_metric_counts_a_line_written_three_times():
+    """The bench's definition has no upper bound on the fragment: a 34-character line three times is
+    garbage even though the decoder's character check looks only at fragments of up to 32."""
+    line = "self.errors = codecs.utf_32_encode\n        "
+    assert garbage_reasons("x = 1\n        " + line * 3, "dedent", []) == ["loop"]
