@@ -6,8 +6,9 @@ Every constrained step's logits go through :meth:`StepMask.apply`, which compose
 2. the step rules (:class:`StepRules`): no control characters ever; on the first step no stop
    token and the first-token rule (no duplicated indentation, no blank first body line, a healed
    space); while the decoded text has not yet re-typed a healed word, only tokens that agree with
-   it (:meth:`StepMask.heal_rule`); while a block body's first line is pending, no line break; at a logical line's start,
-   indentation only to a level the file's unit allows (:meth:`StepMask.indentation_allowed`);
+   it (:meth:`StepMask.heal_rule`); while a block body's first line is pending, no line break; at
+   a logical line's start, indentation only to a level the file's unit allows
+   (:meth:`StepMask.indentation_allowed`);
 3. the tokens banned at this step after a dead end (backtracking);
 4. the domain-vocabulary boost (settings ``constraints.domainVocabulary``);
 5. the fuse's bias against the tokens the semantic monitors refused at the previous step.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.monitors import Semantics, block_header_at
 from engine.lexing.automaton import lex_text
+from engine.monitors import Semantics, block_header_at
 from fsm_complete.cli import main
 
 
@@ -102,7 +102,7 @@ def test_no_header_before_deeper_lines_that_close_a_bracket_on_a_line_without_a_
     and since the closing line ends without ``:`` no compound statement can come first (the word
     healed from ``d`` had let the model write ``def __init__(self, config: Config) ->`` there)."""
     for multiline in (False, True):
-        refusal, sem = _force(prefix, completion, suffix, multiline)
+        refusal, _ = _force(prefix, completion, suffix, multiline)
         assert refusal is not None and refusal.rule == "block-header", multiline
         assert block_header_at(prefix, suffix, lex_text(prefix), multiline).must_open
 

@@ -352,7 +352,7 @@ def test_a_retry_bans_the_first_token_after_a_healed_word():
 
 
 def test_decoding_that_ends_inside_a_healed_word_shows_nothing():
-    from engine.decode_loop import Decoding, DecodeLoop, Start
+    from engine.decode_loop import DecodeLoop, Decoding, Start
 
     dec = Decoding(sem=None, text="res", ends=[3], accepting=[0, 3])
     draft = DecodeLoop._draft(dec, Start(heal=" resul"))
@@ -375,7 +375,7 @@ def test_a_healed_indentation_does_not_end_a_multiline_completion_after_its_firs
     cursor's line (its typed indentation) plus the decoded text, which re-types the healed space.
     Counted twice, the first line looked one column deeper than the next, and every multi-line
     completion on a fresh indented line stopped after one line (R6 showed ``x = 1\\n   ``)."""
-    from engine.decode_loop import Decoding, DecodeLoop
+    from engine.decode_loop import DecodeLoop, Decoding
     from engine.plan import Plan
 
     plan = Plan(prefix="def f(x):\n    y = x\n    ", suffix="", eol="\n", constrained=True, multiline=True,

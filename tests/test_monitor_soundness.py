@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from engine.lexing.automaton import Lex
 from engine.monitors import block_header_at
 from engine.monitors.base import PROSE_MODES
 from engine.monitors.names import document_names, names_code, names_monitor
 from engine.monitors.setup import monitors_at
-from engine.lexing.automaton import Lex
 from engine.settings import DEFAULT_MODEL_DIR
 from engine.text import read_source
 from lab.corpus import held_out_files

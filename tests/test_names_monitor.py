@@ -13,13 +13,13 @@ import ast
 import pytest
 from pyflakes import checker, messages
 
+from engine.lexing.automaton import lex_text
 from engine.monitors.names import (
     NamesMonitor,
     document_names,
     names_code,
     names_monitor,
 )
-from engine.lexing.automaton import lex_text
 
 FUNC = "import os\n\n\ndef load(path, mode):\n    █\n    return path\n"
 OPEN = "import os\n\n\ndef load(path):\n    with open(█\n"

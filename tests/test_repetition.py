@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from engine.repetition import RepetitionMonitor, find_run, loop_cut, natural_cut
-from lab.usefulness import garbage_reasons, new_undefined_names, summarize_usefulness, usefulness_fields
+from lab.usefulness import (
+    garbage_reasons,
+    new_undefined_names,
+    summarize_usefulness,
+    usefulness_fields,
+)
 
 
 @pytest.mark.parametrize(("text", "kept"), [

@@ -45,7 +45,7 @@ class BlockHeader(MemberAccess):
 
     Fed every character (:attr:`NEEDS_DEPTH`) through :meth:`feed_at`."""
 
-    __slots__ = ("column", "continues", "next_indent", "multiline", "ended", "open", "must_open", "header_ok")
+    __slots__ = ("column", "continues", "ended", "header_ok", "multiline", "must_open", "next_indent", "open")
     RULE = "block-header"
     WHY = "the next line is indented deeper, so this line must open a block"
     NEEDS_DEPTH = True

@@ -35,8 +35,14 @@ import keyword
 from ..lexing import automaton as pylex
 from ..lexing.vocabulary import STRING_PREFIXES
 from .base import Refusal, code_char, ident_char
-from .name_table import (BUILTIN_NAMES, MODULE_DUNDERS, STATEMENT_SOFT_KEYWORDS, DocumentNames, document_names,
-                         hidden_bodies)
+from .name_table import (
+    BUILTIN_NAMES,
+    MODULE_DUNDERS,
+    STATEMENT_SOFT_KEYWORDS,
+    DocumentNames,
+    document_names,
+    hidden_bodies,
+)
 
 RULE = "unbound-name"
 KEYWORDS = frozenset(keyword.kwlist)
