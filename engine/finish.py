@@ -135,6 +135,22 @@ def suffix_repeat_cut(cursor_line: str, text: str, suffix: str) -> int | None:
     return None
 
 
+def copies_line_above(prefix: str, text: str) -> bool:
+    """Does ``text`` at the end of ``prefix`` make the cursor's line a copy of the line above it (the
+    last non-blank line before it, compared stripped; at least :data:`engine.repetition.MIN_LINE`
+    characters)? The mirror of :func:`suffix_repeat_cut`: a small model copies the line it just
+    read (R6's ``x = 1`` under ``x = 1``; ``with self.assertRaises(ValueError):`` twice), and a
+    user never takes that from a completion."""
+    from .repetition import MIN_LINE
+
+    head, _, cursor_line = prefix.rpartition("\n")
+    line = (cursor_line + text.split("\n", 1)[0]).strip()
+    if len(line) < MIN_LINE:
+        return False
+    above = next((x for x in reversed(head[-4000:].split("\n")) if x.strip()), "")
+    return line == above.strip()
+
+
 def cut_to_shape(text: str, *, multiline: bool, wrap_ok: bool, cursor_line: str, suffix: str) -> str:
     """Step 1 of :func:`finish` without the lexer: the line or block cut and the suffix overlap (a
     single-line completion never ends with the rest of the cursor's line, a multi-line one never
@@ -223,6 +239,9 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     ``safe_continuation``, ``final`` and ``line_fix``."""
     text = cut_to_shape(draft.text, multiline=cur.multiline, wrap_ok=cur.wrap_ok, cursor_line=cur.cursor_line,
                         suffix=cur.suffix)
+    if text and copies_line_above(cur.prefix, text):
+        result.semantics["copies_line_above"] = True
+        text = ""
     cuts = draft.ends
     if draft.accepting is not None:  # stop at the last valid point (not after a dangling '.', '!', escape, ...)
         if len(text) not in draft.accepting:

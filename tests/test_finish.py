@@ -184,3 +184,29 @@ def test_the_engine_counts_the_brackets_open_before_the_cursors_line(engine):
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=""))
     assert "}" not in result.semantics.get("line_fix", {}).get("appended", "")
     assert not result.text.endswith("}") or result.text.count("{") >= result.text.count("}")
+
+
+@pytest.mark.parametrize("prefix,text,copies", [
+    ("def outer():\n    x = 1\n    ", "x = 1", True),  # R6's buffer, as the newcomer saw it
+    ("def outer():\n    x = 1\n\n    ", "x = 1\n    y = x", True),  # blank lines between
+    ("class T:\n    def t(self):\n        with self.assertRaises(ValueError):\n            pass\n"
+     "        with self.assertRaises(ValueError):\n            pass\n        with sel", "f.assertRaises(KeyError):", False),
+    ("def outer():\n    x = 1\n    ", "x = 2", False),
+    ("x = [\n    1,\n    ", "1,", False),  # too short to call a copy
+    ("    with self.assertRaises(ValueError):\n    with sel", "f.assertRaises(ValueError):", True),
+])
+def test_a_completion_that_copies_the_line_above_is_not_shown(prefix, text, copies):
+    """The mirror of R6's rule for the suffix: the line the cursor's line would become is the line
+    right above it (stripped), so the model copied what it just read."""
+    from engine.finish import copies_line_above
+
+    assert copies_line_above(prefix, text) is copies
+
+
+def test_r6_shows_no_copy_of_the_line_above(engine):
+    from engine.api import CompletionRequest
+
+    prefix, suffix = "def outer():\n    x = 1\n    ", "\n    return x\n"
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, multiline=True))
+    first = (prefix.rsplit("\n", 1)[1] + result.text.split("\n", 1)[0]).strip()
+    assert first != "x = 1" and "return x" not in result.text
