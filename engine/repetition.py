@@ -9,7 +9,8 @@ A *run* is a fragment of at least :data:`MIN_PERIOD` characters that is not itse
 a shorter fragment (``"--"`` is ``"-"`` twice and does not count: ``"----------"`` rulers are real
 code) written :data:`MAX_REPEATS` or more times in a row, or a line of a multi-line completion
 written again on the next line (:func:`line_run`: lines are longer than :data:`MAX_PERIOD`, and a
-small model copies ``self.errors = codecs.utf_32_encode`` line after line). The monitor never masks a token: real code
+small model copies ``self.errors = codecs.utf_32_encode`` line after line). The monitor never
+masks a token: real code
 does write ``(0, 0, 0)`` now and then, so refusing would be unsound. It ends the completion instead
 and hands back the offset where the run's second copy starts; the finisher cuts there and then
 backs off to a natural boundary (:func:`natural_cut`).

@@ -28,7 +28,7 @@ from .lexing.automaton import Lex
 from .monitors.base import ident_char
 from .monitors.block_header import BlockHeader
 from .monitors.member import MemberAccess
-from .monitors.names import NamesMonitor, _Bracket
+from .monitors.names import NamesMonitor, _Bracket, _cursor_word
 from .monitors.semantics import Semantics
 from .monitors.slots import CallSlots
 from .required_arguments import PolicyTable, RequiredKeyword
@@ -271,13 +271,10 @@ def healed_text(prefix: str, cursor_line: str, suffix: str = "") -> str:
     model needs (:meth:`engine.step_mask.StepMask.heal_rule`), and it is removed afterwards (it is
     the user's). No word is given back when word characters follow the cursor (``res|ult``: the
     model would write the word twice) or when it is longer than :data:`MAX_HEALED_WORD`."""
-    k = len(prefix)
-    while k and len(prefix) - k <= MAX_HEALED_WORD and ident_char(prefix[k - 1]):
-        k -= 1
-    word = prefix[k:]
+    word = _cursor_word(prefix)
     if not word or len(word) > MAX_HEALED_WORD or (suffix[:1] and ident_char(suffix[0])):
         return healed_space(prefix, cursor_line)
-    before = prefix[:k]
+    before = prefix[: len(prefix) - len(word)]
     return healed_space(before, cursor_line[: len(cursor_line) - len(word)]) + word
 
 

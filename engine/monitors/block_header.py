@@ -36,7 +36,8 @@ class BlockHeader(MemberAccess):
     * when the deeper lines close a bracket they never opened (``must_open``: R3's ``}``; at the
       cursor no bracket is open), the line must open it, header or not (``if f(a,`` before
       ``b):``), and when the line that closes it has no ``:`` after the closer no header can come
-      before it (``header_ok`` False: ``def ...:`` before ``"host": "localhost", }`` is refused). So it is refused only
+      before it (``header_ok`` False: ``def ...:`` before ``"host": "localhost", }`` is refused).
+      So it is refused only
       where its logical line ends without continuing (a newline at bracket depth 0 in code or
       after a comment); whether a header ends with its ``:`` is left to the line finisher and
       validation. In a multi-line completion (``multiline``) that line end is not refused: a
