@@ -41,6 +41,7 @@ from .settings import Settings
 from .spec import ConstraintSpec, constraint_spec, healed_text, start_from_spec
 from .stages import Stages
 from .step_mask import StepMask
+from .tab_view import TabView
 from .text import normalize_eol, original_length, scalar_text
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,11 @@ class Engine(DecodeLoop):
         if self.lm is None or self.remote or not self._lock.acquire(blocking=False):
             return 0
         try:
-            prefix, suffix = normalize_eol(scalar_text(prefix)).rstrip(" "), normalize_eol(scalar_text(suffix))
+            prefix, suffix = normalize_eol(scalar_text(prefix)), normalize_eol(scalar_text(suffix))
+            view = TabView.of(prefix, suffix)
+            if view is not None:  # as the request there will read it (engine.tab_view)
+                prefix, suffix = view.spaces(prefix, suffix)
+            prefix = prefix.rstrip(" ")
             if self.settings.constraints.enabled:
                 self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
             prompt = self.builder.build(prefix, suffix)
@@ -205,6 +210,8 @@ class Engine(DecodeLoop):
         if self.lm is None:
             return
         text = normalize_eol(scalar_text(text))
+        if TabView.of(text, "") is not None:  # as requests in it will read it (engine.tab_view)
+            text = TabView.of(text, "").spaces(text, "")[0]
         if self.settings.constraints.enabled and self._lock.acquire(blocking=False):
             try:
                 style = detect_indent_style(text)
@@ -283,6 +290,13 @@ class Engine(DecodeLoop):
         if self.lm is None:
             raise ModelError(self.load_error or "the model is not loaded yet")
         req = self._scalar_request(req)
+        view = TabView.of(req.prefix, req.suffix)
+        if view is not None:  # a tab-indented document: the model reads four spaces per tab (engine.tab_view)
+            return view.back(self._answer(view.request(req)))
+        return self._answer(req)
+
+    def _answer(self, req: CompletionRequest) -> Completion:
+        """:meth:`complete` for a request as the model reads it."""
         self._wanted.set()  # a warm-up lexing the document yields (warm_document)
         with self._lock:
             self._wanted.clear()
