@@ -17,7 +17,10 @@
 4. **line finishing**: a single-line completion may have its line finished (brackets, a string, a
    block opener's ``:``) at the longest valid point (:func:`engine.validate.finish_line`);
 5. **the monitors' last word**: the final text passes the monitors that ran at the cursor (names
-   must exist, the block-header rule), or is cut back until it does (:func:`_monitors_kept`).
+   must exist, the block-header rule), or is cut back until it does (:func:`_monitors_kept`), and
+   pyflakes' (:func:`_names_judged`);
+6. **no cut expression**: a text cut back between a name and the call, subscript or attribute the
+   model wrote after it is cut back further (:func:`splits_primary`).
 
 :func:`for_editor` then gives it the shape every front end shows: inside a comment or string it
 stays there (:func:`engine.lexing.clip_to_context`), for a single-line editor it is one line.
@@ -27,6 +30,7 @@ Texts are ``\\n``-normalised; offsets are code points.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import lexing
@@ -277,6 +281,7 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
     text = _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
+    text = _whole_primary(cur, pieces, draft.text, text, result)
     if not text and draft.text.strip() and cur.validate:  # refused: may a retry look for another text?
         result.semantics["refused_in_valid_code"] = region_compiles(cur.prefix, cur.suffix, cur.top_level)
     return text
@@ -365,6 +370,47 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
     result.validation = "truncated" if kept else "skipped"
     result.replace_suffix = 0
     result.semantics.pop("line_fix", None)
+    return kept
+
+
+_BARE_NAME = re.compile(r"(?!(?:pass|break|continue|return|yield|raise)$)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def splits_primary(decoded: str, k: int) -> bool:
+    """Does keeping ``decoded[:k]`` cut an expression the model went on extending: inside a name,
+    or after a name, ``)`` or ``]`` that the decoded text calls, subscripts or reads an attribute of
+    (``m = mmap.mmap`` or ``m = mmap.m`` of ``m = mmap.mmap(s.fileno())``: a callable where a call
+    was meant)?"""
+    if not 0 < k < len(decoded):
+        return False
+    before, after = decoded[k - 1], decoded[k]
+    return (ident_char(before) and ident_char(after)) or (after in "([." and (ident_char(before) or before in ")]"))
+
+
+def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, result: Completion) -> str:
+    """A text cut back (validation, the monitors, the names judge) in the middle of an expression
+    (:func:`splits_primary`) is cut back further, to the longest piece prefix that ends elsewhere, is
+    valid, opens no block without its body, does not end in a line that is a lone (dotted) name (``y``
+    of ``y = len(a b)``) and is blamed for no undefined name; else nothing. What is shown then means
+    what the model meant as far as it goes. Records ``semantics["cut_primary"]``."""
+    if not text or not decoded.startswith(text) or not splits_primary(decoded, len(text)):
+        return text
+    valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
+    names = cur.start is not None and not is_dynamic(_monitored_document(cur))
+    kept = ""
+    for k in range(ends_at(pieces, text) - 1, 0, -1):
+        shorter = "".join(pieces[:k])
+        if cur.multiline and "\n" in shorter:
+            shorter = shorter.rstrip(" \t\n")  # no dangling indentation of a line cut away
+        if not shorter.strip() or splits_primary(decoded, len(shorter)) or shorter.rstrip(" \t").endswith(":") \
+                or _BARE_NAME.fullmatch((cur.cursor_line + shorter).rsplit("\n", 1)[-1].strip()):
+            continue
+        if valid(shorter) and not (names and blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal)):
+            kept = shorter
+            break
+    result.semantics["cut_primary"] = {"kept": len(kept), "of": len(text)}
+    result.validation = "truncated" if kept else "skipped"
+    result.replace_suffix = 0
     return kept
 
 

@@ -74,11 +74,13 @@ def useful(text: str, target: str) -> bool:
 IDENT = re.compile(r"[A-Za-z_]\w+")
 
 
-def retrieved_prefix(task: Task, project, k: int = 2, window: int = 8, keep_chars: int = 2400) -> str:
+def retrieved_prefix(task: Task, project, k: int = 2, window: int = 8, keep_chars: int = 2400, fits=None) -> str:
     """The prompt-retrieval baseline (RepoCoder-style, one round): the ``k`` windows of ``window``
     lines of the project's files most similar (Jaccard of identifier sets) to the prefix's last
-    ``window`` lines, as comments above the prefix's last ``keep_chars`` characters (so that the
-    prompt builder, which drops the prefix's first lines to fit, keeps them)."""
+    ``window`` lines, as comments above the prefix's last whole lines. ``fits(text) -> bool``: does
+    the prompt keep all of ``text`` as its prefix (the prompt builder drops a prefix's first lines to
+    fit its budget, and with them the snippets)? Given, as many of the prefix's last lines as fit
+    under the snippets; else its last ``keep_chars`` characters."""
     query = set(IDENT.findall("\n".join(task.prefix.split("\n")[-window:])))
     scored = []
     for path, text in sorted(project.workspace.items()):
@@ -89,6 +91,16 @@ def retrieved_prefix(task: Task, project, k: int = 2, window: int = 8, keep_char
             scored.append((-len(query & names) / max(1, len(query | names)), path, start, chunk))
     header = "".join(f"# {Path(path).name}\n" + "".join(f"# {line}\n" for line in chunk)
                      for _, path, _, chunk in sorted(scored)[:k])
+    if fits is not None:
+        lines = task.prefix.split("\n")
+        lo, hi = 1, len(lines)  # the cursor's line always; at most all of them
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(header + "\n".join(lines[-mid:])):
+                lo = mid
+            else:
+                hi = mid - 1
+        return header + "\n".join(lines[-lo:])
     tail = task.prefix[-keep_chars:]
     if len(tail) < len(task.prefix):
         tail = tail[tail.find("\n") + 1:] if "\n" in tail else tail
@@ -112,7 +124,12 @@ def without_context(engine, tasks: list[Task], run, projects: dict) -> dict[int,
             res = run(i, tasks[i])
             fields.update(useful_no_cache=useful(res.text, tasks[i].target), text_no_cache=res.text)
             project = projects[str(Path(tasks[i].path).parent)]
-            res = run(i, replace(tasks[i], prefix=retrieved_prefix(tasks[i], project)))
+            suffix = tasks[i].suffix
+
+            def fits(text: str, suffix=suffix) -> bool:
+                return engine.builder.build(text, suffix).prefix_chars == len(text)
+
+            res = run(i, replace(tasks[i], prefix=retrieved_prefix(tasks[i], project, fits=fits)))
             fields.update(useful_retrieval=useful(res.text, tasks[i].target), text_retrieval=res.text)
     finally:
         engine.update_settings(old)

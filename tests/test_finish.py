@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import Completion
-from engine.finish import Cursor, Draft, cut_to_shape, finish, glues, suffix_repeat_cut
+from engine.finish import Cursor, Draft, cut_to_shape, finish, glues, splits_primary, suffix_repeat_cut
 from fsm_complete.cli import main
 
 REPORTS = Path("/work/shared/cases/real-reports")
@@ -210,3 +210,30 @@ def test_r6_shows_no_copy_of_the_line_above(engine):
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, multiline=True))
     first = (prefix.rsplit("\n", 1)[1] + result.text.split("\n", 1)[0]).strip()
     assert first != "x = 1" and "return x" not in result.text
+
+
+@pytest.mark.parametrize("decoded,k,splits", [
+    ("m = mmap.mmap(s)", 13, True),  # a callable where a call was meant
+    ("m = mmap.mmap(s)", 10, True),  # inside a name
+    ("m = mmap.mmap(s)", 8, True),  # before its attribute
+    ("m = mmap.mmap(s)", 1, False),
+    ("f(x)[0]", 4, True),
+    ("f(x) + 1", 4, False),
+    ("a.b", 3, False),  # all of it
+])
+def test_splits_primary(decoded, k, splits):
+    assert splits_primary(decoded, k) is splits
+
+
+@pytest.mark.parametrize("cursor_line,decoded,ends,want", [
+    ("    ", "y = len(a b)", [1, 3, 7, 8, 9, 11, 12], ""),  # not y = len, nor the lone y
+    ("    ", "y = 1\n    z = len(a b)", [1, 3, 5, 10, 12, 16, 17, 18, 20, 21], "y = 1"),
+    ("    x = ", "len(a b)", [3, 4, 5, 7, 8], ""),  # not x = len
+])
+def test_a_text_cut_back_never_ends_where_a_call_was_meant(cursor_line, decoded, ends, want):
+    prefix = "def f(a):\n" + cursor_line
+    cur = Cursor(prefix=prefix, suffix="\n", cursor_line=cursor_line, multiline="\n" in decoded, wrap_ok=False,
+                 validate=True)
+    result = Completion(text="")
+    assert finish(Draft(decoded, ends, None), cur, result) == want
+    assert result.semantics["cut_primary"]["kept"] == len(want)
