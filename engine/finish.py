@@ -373,7 +373,9 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
     return kept
 
 
-_BARE_NAME = re.compile(r"(?!(?:pass|break|continue|return|yield|raise)$)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+# a line that is a lone (dotted) name, or a return/yield/raise cut from its value (pass, break and
+# continue are whole statements)
+_BARE_NAME = re.compile(r"(?!(?:pass|break|continue)$)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 def splits_primary(decoded: str, k: int) -> bool:
@@ -391,7 +393,7 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
     """A text cut back (validation, the monitors, the names judge) in the middle of an expression
     (:func:`splits_primary`) is cut back further, to the longest piece prefix that ends elsewhere, is
     valid, opens no block without its body, does not end in a line that is a lone (dotted) name (``y``
-    of ``y = len(a b)``) and is blamed for no undefined name; else nothing. What is shown then means
+    of ``y = len(a b)``) or keyword (``return`` of ``return select_tag(tag)``) and is blamed for no undefined name; else nothing. What is shown then means
     what the model meant as far as it goes. Records ``semantics["cut_primary"]``."""
     if not text or not decoded.startswith(text) or not splits_primary(decoded, len(text)):
         return text

@@ -237,3 +237,9 @@ def test_a_text_cut_back_never_ends_where_a_call_was_meant(cursor_line, decoded,
     result = Completion(text="")
     assert finish(Draft(decoded, ends, None), cur, result) == want
     assert result.semantics["cut_primary"]["kept"] == len(want)
+
+
+def test_a_return_is_not_cut_from_its_value():
+    cur = Cursor(prefix="def f(tag):\n    ", suffix="\n", cursor_line="    ", multiline=True, wrap_ok=False, validate=True)
+    # `return select_tag` calls on (`(`): not `return select_tag`, not a bare `return` either
+    assert finish(Draft("return select_tag(tag b)", [6, 13, 17, 18, 21, 23, 24], None), cur, Completion(text="")) == ""
