@@ -405,6 +405,7 @@ class DecodeLoop:
         """The decoded text for :func:`engine.finish.finish`, the healed text removed (it is the
         user's); nothing when decoding ended before it re-typed a healed word."""
         text, ends, accepting = dec.text, dec.ends, dec.accepting
+        decoded = text
         if dec.cut is not None:  # a loop or the token budget: end at the cut (engine.repetition)
             text = text[: dec.cut]
             ends = [e for e in ends if e < dec.cut] + [dec.cut]
@@ -413,10 +414,10 @@ class DecodeLoop:
         if heal.strip() and not text.startswith(heal):
             return Draft("", [], [0] if start.guide is not None else None)
         if heal and text.startswith(heal):
-            text = text[len(heal):]
+            text, decoded = text[len(heal):], decoded[len(heal):]
             ends = [e - len(heal) for e in ends if e > len(heal)]
             accepting = [0] + [e - len(heal) for e in accepting if e > len(heal)]
-        return Draft(text, ends, accepting if start.guide is not None else None)
+        return Draft(text, ends, accepting if start.guide is not None else None, decoded)
 
     def _cursor(self, plan: Plan, start: Start) -> Cursor:
         """The surroundings :func:`engine.finish.finish` judges the text in."""

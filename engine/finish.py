@@ -204,11 +204,13 @@ def whole_word_ends(text: str, ends: list[int], suffix: str) -> list[int]:
 class Draft:
     """What decoding produced: ``text`` (healed space removed), ``ends`` (text length after each
     token), ``accepting`` (the lengths where the lexer and the monitors may stop; None when
-    decoding was unconstrained)."""
+    decoding was unconstrained) and ``decoded``, all the decoded text before a loop or the token
+    budget cut it to ``text`` (what the model went on to write; empty: ``text`` is all of it)."""
 
     text: str
     ends: list[int]
     accepting: list[int] | None
+    decoded: str = ""
 
 
 @dataclass
@@ -241,6 +243,7 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     """The final ``\\n``-normalised text of a completion (see the module docstring). Sets
     ``result.validation``, ``result.replace_suffix`` and the ``semantics`` entries
     ``safe_continuation``, ``final`` and ``line_fix``."""
+    decoded = draft.decoded if draft.decoded.startswith(draft.text) else draft.text
     text = cut_to_shape(draft.text, multiline=cur.multiline, wrap_ok=cur.wrap_ok, cursor_line=cur.cursor_line,
                         suffix=cur.suffix)
     if text and copies_line_above(cur.prefix, text):
@@ -256,6 +259,8 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
     if in_code(cur.prefix):  # never fuse with the word after the cursor: only whole-word ends (R12)
         ends = whole_word_ends(text, ends, cur.suffix)
+        word = _word_end(cur.prefix, text)  # finishing the half-typed word is a place to end
+        ends = [e for e in ends if e == word or not splits_primary(decoded, e)]  # nor mid-expression
         text = text[: ends[-1]] if ends else ""
     pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
     result.validation = "skipped"
@@ -281,7 +286,7 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
     text = _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
-    text = _whole_primary(cur, pieces, draft.text, text, result)
+    text = _whole_primary(cur, pieces, decoded, text, result)
     if not text and draft.text.strip() and cur.validate:  # refused: may a retry look for another text?
         result.semantics["refused_in_valid_code"] = region_compiles(cur.prefix, cur.suffix, cur.top_level)
     return text
@@ -379,14 +384,30 @@ _BARE_NAME = re.compile(r"(?!(?:pass|break|continue)$)[A-Za-z_]\w*(?:\.[A-Za-z_]
 
 
 def splits_primary(decoded: str, k: int) -> bool:
-    """Does keeping ``decoded[:k]`` cut an expression the model went on extending: inside a name,
-    or after a name, ``)`` or ``]`` that the decoded text calls, subscripts or reads an attribute of
+    """Does keeping ``decoded[:k]`` cut an expression the model went on extending: inside a name;
+    after a name, ``)`` or ``]`` that the decoded text calls, subscripts or reads an attribute of
     (``m = mmap.mmap`` or ``m = mmap.m`` of ``m = mmap.mmap(s.fileno())``: a callable where a call
-    was meant)?"""
+    was meant); after a ``.`` before its attribute; after an opening bracket whose contents follow
+    (a line fix would close it empty: ``os.path.join()``)?"""
     if not 0 < k < len(decoded):
         return False
     before, after = decoded[k - 1], decoded[k]
-    return (ident_char(before) and ident_char(after)) or (after in "([." and (ident_char(before) or before in ")]"))
+    if ident_char(after) and (ident_char(before) or before == "."):
+        return True
+    if before in "([{":
+        return after not in ")]}"
+    return after in "([." and (ident_char(before) or before in ")]")
+
+
+def _word_end(prefix: str, text: str) -> int | None:
+    """Where ``text`` finishes the word half-typed at the end of ``prefix``, or the attribute name
+    after a ``.`` typed there (None: neither)."""
+    if not prefix or not (ident_char(prefix[-1]) or prefix[-1] == "."):
+        return None
+    k = 0
+    while k < len(text) and ident_char(text[k]):
+        k += 1
+    return k or None
 
 
 def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, result: Completion) -> str:
@@ -394,8 +415,12 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
     (:func:`splits_primary`) is cut back further, to the longest piece prefix that ends elsewhere, is
     valid, opens no block without its body, does not end in a line that is a lone (dotted) name (``y``
     of ``y = len(a b)``) or keyword (``return`` of ``return select_tag(tag)``) and is blamed for no undefined name; else nothing. What is shown then means
-    what the model meant as far as it goes. Records ``semantics["cut_primary"]``."""
-    if not text or not decoded.startswith(text) or not splits_primary(decoded, len(text)):
+    what the model meant as far as it goes. Finishing the word being typed (``os.pa`` + ``th`` of
+    ``th.join(...)``) is always a place to end. Records ``semantics["cut_primary"]``."""
+    if not text or not decoded.startswith(text) or not decoded[len(text):].strip():
+        return text  # not cut back
+    word = _word_end(cur.prefix, decoded)  # finishing the word being typed is a place to end
+    if len(text) == word or not splits_primary(decoded, len(text)) and not _BARE_NAME.fullmatch(_last_line(cur, text)):
         return text
     valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
     names = cur.start is not None and not is_dynamic(_monitored_document(cur))
@@ -404,8 +429,8 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
         shorter = "".join(pieces[:k])
         if cur.multiline and "\n" in shorter:
             shorter = shorter.rstrip(" \t\n")  # no dangling indentation of a line cut away
-        if not shorter.strip() or splits_primary(decoded, len(shorter)) or shorter.rstrip(" \t").endswith(":") \
-                or _BARE_NAME.fullmatch((cur.cursor_line + shorter).rsplit("\n", 1)[-1].strip()):
+        if not shorter.strip() or shorter.rstrip(" \t").endswith(":") or len(shorter) != word and (
+                splits_primary(decoded, len(shorter)) or _BARE_NAME.fullmatch(_last_line(cur, shorter))):
             continue
         if valid(shorter) and not (names and blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal)):
             kept = shorter
@@ -414,6 +439,11 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
     result.validation = "truncated" if kept else "skipped"
     result.replace_suffix = 0
     return kept
+
+
+def _last_line(cur: Cursor, text: str) -> str:
+    """The last line of the document's cursor line continued by ``text``, stripped."""
+    return (cur.cursor_line + text).rsplit("\n", 1)[-1].strip()
 
 
 def _last_line_fits(text: str, state, next_indent: int) -> bool:

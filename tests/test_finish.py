@@ -218,6 +218,9 @@ def test_r6_shows_no_copy_of_the_line_above(engine):
     ("m = mmap.mmap(s)", 8, True),  # before its attribute
     ("m = mmap.mmap(s)", 1, False),
     ("f(x)[0]", 4, True),
+    ("for line in f.read()", 14, True),  # after the dot, before its attribute
+    ("path.join(os)", 10, True),  # a line fix would close it empty: path.join()
+    ("f()", 2, False),
     ("f(x) + 1", 4, False),
     ("a.b", 3, False),  # all of it
 ])
@@ -229,6 +232,8 @@ def test_splits_primary(decoded, k, splits):
     ("    ", "y = len(a b)", [1, 3, 7, 8, 9, 11, 12], ""),  # not y = len, nor the lone y
     ("    ", "y = 1\n    z = len(a b)", [1, 3, 5, 10, 12, 16, 17, 18, 20, 21], "y = 1"),
     ("    x = ", "len(a b)", [3, 4, 5, 7, 8], ""),  # not x = len
+    ("    return [", "np.array(x)]", [1, 2, 3, 8, 9, 10, 11, 12], "np.array(x)]"),
+    ("    return [", "np.array(x y)]", [1, 2, 3, 8, 9, 10, 12, 13, 14], ""),  # not n], nor np.array()]
 ])
 def test_a_text_cut_back_never_ends_where_a_call_was_meant(cursor_line, decoded, ends, want):
     prefix = "def f(a):\n" + cursor_line
@@ -236,10 +241,20 @@ def test_a_text_cut_back_never_ends_where_a_call_was_meant(cursor_line, decoded,
                  validate=True)
     result = Completion(text="")
     assert finish(Draft(decoded, ends, None), cur, result) == want
-    assert result.semantics["cut_primary"]["kept"] == len(want)
 
 
 def test_a_return_is_not_cut_from_its_value():
     cur = Cursor(prefix="def f(tag):\n    ", suffix="\n", cursor_line="    ", multiline=True, wrap_ok=False, validate=True)
     # `return select_tag` calls on (`(`): not `return select_tag`, not a bare `return` either
     assert finish(Draft("return select_tag(tag b)", [6, 13, 17, 18, 21, 23, 24], None), cur, Completion(text="")) == ""
+
+
+@pytest.mark.parametrize("prefix,decoded,ends,want", [
+    ("import os\nx = os.pa", "th.join(a b)", [2, 3, 7, 8, 9, 11, 12], "th"),  # the word being typed: os.path
+    ("import os\nx = os.", "path.join(a b)", [4, 5, 9, 10, 11, 13, 14], "path"),  # the attribute after a typed dot
+    ("import os\nx = o", "s.path.join(a b)", [1, 2, 6, 7, 11, 12, 13, 15, 16], "s"),  # not os.path: not the word
+])
+def test_finishing_the_word_being_typed_is_a_place_to_end(prefix, decoded, ends, want):
+    cur = Cursor(prefix=prefix, suffix="\n", cursor_line=prefix.rsplit("\n", 1)[-1], multiline=False, wrap_ok=False,
+                 validate=True)
+    assert finish(Draft(decoded, ends, None), cur, Completion(text="")) == want
