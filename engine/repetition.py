@@ -8,8 +8,9 @@ Agrawal et al., NeurIPS 2023, applied to repetition; the same bound the bench's 
 A *run* is a fragment of at least :data:`MIN_PERIOD` characters that is not itself a repetition of
 a shorter fragment (``"--"`` is ``"-"`` twice and does not count: ``"----------"`` rulers are real
 code) written :data:`MAX_REPEATS` or more times in a row, or a line of a multi-line completion
-written again on the next line (:func:`line_run`: lines are longer than :data:`MAX_PERIOD`, and a
-small model copies ``self.errors = codecs.utf_32_encode`` line after line). The monitor never
+written again on the next line, or a group of a few lines written again after it (:func:`line_run`:
+lines are longer than :data:`MAX_PERIOD`, and a small model copies ``self.errors =
+codecs.utf_32_encode`` line after line, or a two-line ``if`` block block after block). The monitor never
 masks a token: real code
 does write ``(0, 0, 0)`` now and then, so refusing would be unsound. It ends the completion instead
 and hands back the offset where the run's second copy starts; the finisher cuts there and then
@@ -26,6 +27,7 @@ MIN_PERIOD = 2  # shortest fragment that counts (single characters repeat in rea
 MAX_PERIOD = 32  # longest fragment looked for
 MAX_REPEATS = 3  # a fragment written this many times in a row is a loop
 MIN_LINE = 4  # a line repeated on the next line is a loop when its code has at least this many characters
+MAX_LINE_GROUP = 4  # a group of up to this many lines written again right after it is a loop too
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,21 @@ def find_run(text: str, end_from: int = 0, repeats: int = MAX_REPEATS, max_perio
 
 
 def line_run(text: str, end_from: int = 0) -> Run | None:
-    """The first line of ``text`` that the next line repeats (the same code, at least
-    :data:`MIN_LINE` characters once stripped), where that next line ends at or after ``end_from``
-    (its line break included), as a :class:`Run` of two copies from the first line's start; None
-    when there is none. The first line is the completion's part of the cursor's line."""
+    """The first group of up to :data:`MAX_LINE_GROUP` lines of ``text`` that the next as many
+    lines repeat (the same code line by line, at least :data:`MIN_LINE` characters once stripped),
+    where the repeat ends at or after ``end_from`` (its last line break included), as a
+    :class:`Run` of two copies from the group's start; None when there is none. The first line is
+    the completion's part of the cursor's line. A block written again (``if not isinstance(word,
+    str):`` + ``return []``, twice and more) is a loop like a line written again."""
     starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
-    for k in range(1, len(starts) - 1):
-        end = starts[k + 1]  # the repeated line is complete: a line break follows it
-        if end < end_from:
+    lines = [text[a: b - 1].strip() for a, b in zip(starts, starts[1:])]  # complete lines only
+    for k in range(1, len(lines)):  # the repeat's last line is lines[k]
+        if starts[k + 1] < end_from:
             continue
-        first, again = text[starts[k - 1]: starts[k] - 1].strip(), text[starts[k]: end - 1].strip()
-        if first == again and len(first) >= MIN_LINE:
-            return Run(starts[k - 1], starts[k] - starts[k - 1], 2)
+        for g in range(1, min(MAX_LINE_GROUP, (k + 1) // 2) + 1):
+            group, again = lines[k + 1 - 2 * g: k + 1 - g], lines[k + 1 - g: k + 1]
+            if group == again and len("".join(group)) >= MIN_LINE:
+                return Run(starts[k + 1 - 2 * g], starts[k + 1 - g] - starts[k + 1 - 2 * g], 2)
     return None
 
 

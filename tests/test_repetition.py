@@ -103,6 +103,9 @@ def test_usefulness_summary():
     ('f.write(2**16 * b"m")\n            f.write(2**16 * b"m")\n            f.write(', 'f.write(2**16 * b"m")'),
     ("__init__(self, errors)\n        self.errors = codecs.utf_32_encode\n        self.errors = codecs.utf_32_encode\n",
      "__init__(self, errors)\n        self.errors = codecs.utf_32_encode"),
+    # a block written again (a newcomer's tab-indented count_words got it three times)
+    ("if not isinstance(word, str):\n\t\t\treturn []\n\t\tif not isinstance(word, str):\n\t\t\treturn []\n\t\tif",
+     "if not isinstance(word, str):\n\t\t\treturn []"),
 ])
 def test_a_line_written_again_on_the_next_line_is_a_loop(text, kept):
     """Whole lines are longer than the fragments the character check looks for (at most 32): block
@@ -113,7 +116,8 @@ def test_a_line_written_again_on_the_next_line_is_a_loop(text, kept):
     assert run is not None and text[: loop_cut(text, run)] == kept
 
 
-@pytest.mark.parametrize("text", ["x = 1\n    y = 2\n    y = 3\n", ")\n    )\n    )\n", "a = b\n    a = b"])
+@pytest.mark.parametrize("text", ["x = 1\n    y = 2\n    y = 3\n", ")\n    )\n    )\n", "a = b\n    a = b",
+                                  "a = 1\n    b = 2\n    a = 1\n    c = 2\n"])
 def test_different_or_short_or_unfinished_lines_are_no_line_loop(text):
     from engine.repetition import line_run
 
