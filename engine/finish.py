@@ -367,7 +367,7 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
             break
     # where a retry should decide otherwise: the blamed name's start, or the word's end (rule 2), or
     # the ``)`` that closed the def header (rule 3)
-    ban_at = min(b.at if b.rule == 1 else 0 if b.rule == 2 else max(0, text.rfind(")")) for b in blame)
+    ban_at = min(b.at if b.rule in (1, 4) else 0 if b.rule == 2 else max(0, text.rfind(")")) for b in blame)
     if not kept:
         ban_at = 0  # nothing of it can be shown: a retry starts otherwise
     result.semantics["undefined"] = {"names": sorted({b.name for b in blame}), "rules": sorted({b.rule for b in blame}),

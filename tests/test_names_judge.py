@@ -105,3 +105,22 @@ def test_the_real_rest_of_a_line_is_never_blamed(seed):
             judged += 1
     assert judged > 300
     assert not wrong, wrong[:5]
+
+
+def test_a_dict_key_written_again_with_another_value_is_blamed():
+    """A newcomer's dict got ``"port": "localhost",`` under ``"port": 8080,`` (pyflakes F601)."""
+    prefix = 'def settings():\n    config = {\n        "host": "localhost",\n        "port": 8080,\n        '
+    suffix = "\n    }\n    return config\n"
+    assert names(prefix, '"port": "localhost",', suffix) == [("port", 4)]
+    assert names(prefix, '"user": "admin",', suffix) == []
+    assert names(prefix, '"port": 8080,', suffix) == []  # the same value: pyflakes' rule is about different ones
+
+
+def test_the_engine_does_not_show_a_dict_key_written_again(engine):
+    from engine.api import CompletionRequest
+
+    prefix = 'def settings():\n    config = {\n        "host": "localhost",\n        "port": 8080,\n        '
+    suffix = "\n    }\n    return config\n"
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    assert not blamed(prefix, result.text, suffix), result.text
+    ast.parse(prefix + result.text + suffix)

@@ -14,7 +14,11 @@ A completion is blamed (:func:`blamed`) for an undefined name that
    while a later line loads ``filepath_with_abs_dir``; ``def f(s`` + ``):`` while the body loads
    ``self``; ``(name for n`` + `` in names)``);
 3. the body of the ``def`` whose header the completion closes loads (``def __setitem__(self, `` +
-   ``value):`` while the body loads ``name`` and ``val``: they were parameters).
+   ``value):`` while the body loads ``name`` and ``val``: they were parameters);
+
+and for a dict key it writes that the same literal already has with another value (pyflakes'
+``MultiValueRepeatedKeyLiteral``, F601 in ruff's numbering: ``"port": "localhost",`` under
+``"port": 8080,``; rule 4): the later value silently replaces the earlier one.
 
 pyflakes reads a skeleton of the document (:func:`skeleton`): the bodies of the functions and
 classes that do not enclose the cursor are ``...`` and the functions' parameter lists are empty
@@ -76,9 +80,9 @@ def skeleton(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str =
 
 @dataclass(frozen=True)
 class Blame:
-    """An undefined name the completion is blamed for: ``name``, where it is (``at``: code points
-    from the start of the completion; at or past its end for rules 2 and 3) and ``rule`` (1, 2 or 3
-    of the module docstring)."""
+    """An undefined name (or a repeated dict key) the completion is blamed for: ``name``, where it is
+    (``at``: code points from the start of the completion; at or past its end for rules 2 and 3)
+    and ``rule`` (1 to 4 of the module docstring)."""
 
     name: str
     at: int
@@ -87,6 +91,14 @@ class Blame:
 
 def _undefined(sk: Skeleton) -> list[tuple[str, int]] | None:
     """pyflakes' undefined names of the skeleton as ``(name, offset)``; None when it does not parse."""
+    found = _flagged(sk)
+    return None if found is None else [(name, offset) for name, offset, kind in found if kind == "undefined"]
+
+
+def _flagged(sk: Skeleton) -> list[tuple[str, int, str]] | None:
+    """pyflakes' undefined names (``kind`` "undefined") and dict keys written twice with different
+    values (``kind`` "repeated-key", F601/F602) of the skeleton as ``(name, offset, kind)``; None
+    when it does not parse."""
     from pyflakes import checker, messages
 
     try:
@@ -100,10 +112,16 @@ def _undefined(sk: Skeleton) -> list[tuple[str, int]] | None:
         starts.append(starts[-1] + len(line) + 1)
     out = []
     for m in found.messages:
-        if isinstance(m, (messages.UndefinedName, messages.UndefinedLocal)) and 1 <= m.lineno <= len(lines):
+        if isinstance(m, (messages.UndefinedName, messages.UndefinedLocal)):
+            kind = "undefined"
+        elif isinstance(m, (messages.MultiValueRepeatedKeyLiteral, messages.MultiValueRepeatedKeyVariable)):
+            kind = "repeated-key"
+        else:
+            continue
+        if 1 <= m.lineno <= len(lines):
             line = lines[m.lineno - 1]
             col = len(line.encode("utf-8")[: m.col].decode("utf-8", "ignore"))  # ast columns count UTF-8 bytes
-            out.append((m.message_args[0], starts[m.lineno - 1] + col))
+            out.append((str(m.message_args[0]), starts[m.lineno - 1] + col, kind))
     return out
 
 
@@ -134,9 +152,12 @@ def blamed(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "
     if not text.strip():
         return []
     sk = skeleton(prefix, text, suffix, replaced, heal)
-    found = _undefined(sk)
-    if not found:
+    flagged = _flagged(sk)
+    if not flagged:
         return []
+    found = [(name, offset) for name, offset, kind in flagged if kind == "undefined"]
+    out = [Blame(name, offset - sk.start, 4) for name, offset, kind in flagged
+           if kind == "repeated-key" and sk.start <= offset < sk.end]
     word = _cursor_word(prefix)
     k = 0
     while k < len(text) and ident_char(text[k]):
@@ -144,7 +165,6 @@ def blamed(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "
     finished = word + text[:k]  # the word the completion leaves at the cursor
     body = _closed_def_body(sk, prefix, text)
     line_start = sk.text.rfind("\n", 0, sk.start) + 1  # the cursor's line
-    out = []
     for name, offset in found:
         at = offset - sk.start
         if sk.start <= offset < sk.end:
