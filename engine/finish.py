@@ -20,7 +20,7 @@
    must exist, the block-header rule), or is cut back until it does (:func:`_monitors_kept`), and
    pyflakes' (:func:`_names_judged`);
 6. **no cut expression**: a text cut back between a name and the call, subscript or attribute the
-   model wrote after it is cut back further (:func:`splits_primary`).
+   model wrote after it is cut back further (:func:`mid_expression`).
 
 :func:`for_editor` then gives it the shape every front end shows: inside a comment or string it
 stays there (:func:`engine.lexing.clip_to_context`), for a single-line editor it is one line.
@@ -260,7 +260,7 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     if in_code(cur.prefix):  # never fuse with the word after the cursor: only whole-word ends (R12)
         ends = whole_word_ends(text, ends, cur.suffix)
         word = _word_end(cur.prefix, text)  # finishing the half-typed word is a place to end
-        ends = [e for e in ends if e == word or not splits_primary(decoded, e)]  # nor mid-expression
+        ends = [e for e in ends if e == word or not mid_expression(decoded, e)]  # nor mid-expression
         text = text[: ends[-1]] if ends else ""
     pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
     result.validation = "skipped"
@@ -383,12 +383,13 @@ def _names_judged(cur: Cursor, pieces: list[str], text: str, result: Completion)
 _BARE_NAME = re.compile(r"(?!(?:pass|break|continue)$)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
-def splits_primary(decoded: str, k: int) -> bool:
+def mid_expression(decoded: str, k: int) -> bool:
     """Does keeping ``decoded[:k]`` cut an expression the model went on extending: inside a name;
     after a name, ``)`` or ``]`` that the decoded text calls, subscripts or reads an attribute of
     (``m = mmap.mmap`` or ``m = mmap.m`` of ``m = mmap.mmap(s.fileno())``: a callable where a call
     was meant); after a ``.`` before its attribute; after an opening bracket whose contents follow
-    (a line fix would close it empty: ``os.path.join()``)?"""
+    (a line fix would close it empty: ``os.path.join()``); after a ``,`` or ``:`` whose next item or
+    value follows on the same line (closed there, ``f(x,)`` or ``{"k":}``; ``(a,)`` is a tuple)?"""
     if not 0 < k < len(decoded):
         return False
     before, after = decoded[k - 1], decoded[k]
@@ -396,6 +397,9 @@ def splits_primary(decoded: str, k: int) -> bool:
         return True
     if before in "([{":
         return after not in ")]}"
+    if decoded[:k].rstrip(" \t")[-1:] in (",", ":"):
+        rest = decoded[k:].split("\n", 1)[0].strip()
+        return bool(rest) and rest[0] not in ")]}#"
     return after in "([." and (ident_char(before) or before in ")]")
 
 
@@ -412,7 +416,7 @@ def _word_end(prefix: str, text: str) -> int | None:
 
 def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, result: Completion) -> str:
     """A text cut back (validation, the monitors, the names judge) in the middle of an expression
-    (:func:`splits_primary`) is cut back further, to the longest piece prefix that ends elsewhere, is
+    (:func:`mid_expression`) is cut back further, to the longest piece prefix that ends elsewhere, is
     valid, opens no block without its body, does not end in a line that is a lone (dotted) name (``y``
     of ``y = len(a b)``) or keyword (``return`` of ``return select_tag(tag)``) and is blamed for no undefined name; else nothing. What is shown then means
     what the model meant as far as it goes. Finishing the word being typed (``os.pa`` + ``th`` of
@@ -420,7 +424,7 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
     if not text or not decoded.startswith(text) or not decoded[len(text):].strip():
         return text  # not cut back
     word = _word_end(cur.prefix, decoded)  # finishing the word being typed is a place to end
-    if len(text) == word or not splits_primary(decoded, len(text)) and not _BARE_NAME.fullmatch(_last_line(cur, text)):
+    if len(text) == word or not mid_expression(decoded, len(text)) and not _BARE_NAME.fullmatch(_last_line(cur, text)):
         return text
     valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
     names = cur.start is not None and not is_dynamic(_monitored_document(cur))
@@ -430,7 +434,7 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
         if cur.multiline and "\n" in shorter:
             shorter = shorter.rstrip(" \t\n")  # no dangling indentation of a line cut away
         if not shorter.strip() or shorter.rstrip(" \t").endswith(":") or len(shorter) != word and (
-                splits_primary(decoded, len(shorter)) or _BARE_NAME.fullmatch(_last_line(cur, shorter))):
+                mid_expression(decoded, len(shorter)) or _BARE_NAME.fullmatch(_last_line(cur, shorter))):
             continue
         if valid(shorter) and not (names and blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal)):
             kept = shorter

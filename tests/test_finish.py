@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.api import Completion
-from engine.finish import Cursor, Draft, cut_to_shape, finish, glues, splits_primary, suffix_repeat_cut
+from engine.finish import Cursor, Draft, cut_to_shape, finish, glues, mid_expression, suffix_repeat_cut
 from fsm_complete.cli import main
 
 REPORTS = Path("/work/shared/cases/real-reports")
@@ -221,11 +221,16 @@ def test_r6_shows_no_copy_of_the_line_above(engine):
     ("for line in f.read()", 14, True),  # after the dot, before its attribute
     ("path.join(os)", 10, True),  # a line fix would close it empty: path.join()
     ("f()", 2, False),
+    ("f(x, y)", 4, True),  # not f(x,)
+    ("f(x, y)", 3, False),  # f(x)
+    ("f(x,\n  y)", 4, False),  # the line goes on no further
+    ('{"k": v}', 5, True),
+    ("if x:\n    y", 5, False),  # a header's colon ends its line
     ("f(x) + 1", 4, False),
     ("a.b", 3, False),  # all of it
 ])
-def test_splits_primary(decoded, k, splits):
-    assert splits_primary(decoded, k) is splits
+def test_mid_expression(decoded, k, splits):
+    assert mid_expression(decoded, k) is splits
 
 
 @pytest.mark.parametrize("cursor_line,decoded,ends,want", [
