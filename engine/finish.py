@@ -258,10 +258,14 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
         cuts = draft.accepting  # truncation candidates: where the FSM could have stopped
     ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
     if in_code(cur.prefix):  # never fuse with the word after the cursor: only whole-word ends (R12)
+        ends = sorted(set(ends) | closer_ends(text))
         ends = whole_word_ends(text, ends, cur.suffix)
         word = _word_end(cur.prefix, text)  # finishing the half-typed word is a place to end
         ends = [e for e in ends if e == word or not mid_expression(decoded, e)]  # nor mid-expression
         text = text[: ends[-1]] if ends else ""
+        if cur.multiline and "\n" in text and text[-1:] in (" ", "\t", "\n"):
+            text = text.rstrip(" \t\n")  # no dangling indentation of a line cut away
+            ends = [e for e in ends if e < len(text)] + [len(text)]
     pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
     result.validation = "skipped"
     monitored = cur.start is not None and not result.cancelled
@@ -388,8 +392,8 @@ def mid_expression(decoded: str, k: int) -> bool:
     after a name, ``)`` or ``]`` that the decoded text calls, subscripts or reads an attribute of
     (``m = mmap.mmap`` or ``m = mmap.m`` of ``m = mmap.mmap(s.fileno())``: a callable where a call
     was meant); after a ``.`` before its attribute; after an opening bracket whose contents follow
-    (a line fix would close it empty: ``os.path.join()``); after a ``,`` or ``:`` whose next item or
-    value follows on the same line (closed there, ``f(x,)`` or ``{"k":}``; ``(a,)`` is a tuple)?"""
+    (a line fix would close it empty: ``os.path.join()``)? Not after a ``,``: the safe continuation
+    fills the slot after it (``tmp_filename, 'w',`` + ``encoding="utf-8"``)."""
     if not 0 < k < len(decoded):
         return False
     before, after = decoded[k - 1], decoded[k]
@@ -397,10 +401,15 @@ def mid_expression(decoded: str, k: int) -> bool:
         return True
     if before in "([{":
         return after not in ")]}"
-    if decoded[:k].rstrip(" \t")[-1:] in (",", ":"):
-        rest = decoded[k:].split("\n", 1)[0].strip()
-        return bool(rest) and rest[0] not in ")]}#"
     return after in "([." and (ident_char(before) or before in ")]")
+
+
+def closer_ends(text: str) -> set[int]:
+    """Offsets inside ``text``'s tokens where a completion may also end: between closing brackets
+    merged into one token with what follows them (``())``, ``),``, ``]))``): the vocabulary merges
+    them, so ``ast.Name("x", ast.Store())`` ended at ``ast.Store`` or at ``ast.Store()),``, never
+    right after its ``)``. Validation and the monitors judge these ends like any other."""
+    return {i + 1 for i in range(len(text) - 1) if text[i] in ")]}" and text[i + 1] in ")]},:"}
 
 
 def _word_end(prefix: str, text: str) -> int | None:
@@ -415,16 +424,20 @@ def _word_end(prefix: str, text: str) -> int | None:
 
 
 def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, result: Completion) -> str:
-    """A text cut back (validation, the monitors, the names judge) in the middle of an expression
-    (:func:`mid_expression`) is cut back further, to the longest piece prefix that ends elsewhere, is
-    valid, opens no block without its body, does not end in a line that is a lone (dotted) name (``y``
-    of ``y = len(a b)``) or keyword (``return`` of ``return select_tag(tag)``) and is blamed for no undefined name; else nothing. What is shown then means
-    what the model meant as far as it goes. Finishing the word being typed (``os.pa`` + ``th`` of
-    ``th.join(...)``) is always a place to end. Records ``semantics["cut_primary"]``."""
+    """A text cut back (a loop, the token budget, validation, the monitors, the names judge) that
+    ends in the middle of an expression (:func:`mid_expression`), in a line that is a lone (dotted)
+    name (``y`` of ``y = len(a b)``) or keyword (``return`` of ``return select_tag(tag)``), or, when
+    multi-line, in a block header whose body was cut away, is cut back further: to the longest piece
+    prefix that ends in none of these, is valid and is blamed for no undefined name; else to
+    nothing. What is shown then means what the model meant as far as it goes. Finishing the word
+    being typed (``os.pa`` + ``th`` of ``th.join(...)``) is always a place to end. Records
+    ``semantics["cut_primary"]``."""
     if not text or not decoded.startswith(text) or not decoded[len(text):].strip():
         return text  # not cut back
     word = _word_end(cur.prefix, decoded)  # finishing the word being typed is a place to end
-    if len(text) == word or not mid_expression(decoded, len(text)) and not _BARE_NAME.fullmatch(_last_line(cur, text)):
+    bare = _BARE_NAME.fullmatch(_last_line(cur, text))
+    header = cur.multiline and "\n" in text and text.rstrip(" \t").endswith(":")
+    if len(text) == word or not (mid_expression(decoded, len(text)) or bare or header):
         return text
     valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
     names = cur.start is not None and not is_dynamic(_monitored_document(cur))
