@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from . import lexing
 from .api import Completion
 from .lexing import automaton as pylex
+from .lexing.scanner import string_spans
 from .monitors.base import PROSE_MODES, ident_char
 from .monitors.block_header import BlockHeader
 from .monitors.name_table import is_dynamic
@@ -261,7 +262,8 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
         ends = sorted(set(ends) | closer_ends(text))
         ends = whole_word_ends(text, ends, cur.suffix)
         word = _word_end(cur.prefix, text)  # finishing the half-typed word is a place to end
-        ends = [e for e in ends if e == word or not mid_expression(decoded, e)]  # nor mid-expression
+        strings = string_spans(decoded)
+        ends = [e for e in ends if e == word or not cuts_expression(decoded, e, strings)]
         text = text[: ends[-1]] if ends else ""
         if cur.multiline and "\n" in text and text[-1:] in (" ", "\t", "\n"):
             text = text.rstrip(" \t\n")  # no dangling indentation of a line cut away
@@ -389,9 +391,9 @@ _BARE_NAME = re.compile(r"(?!(?:pass|break|continue)$)[A-Za-z_]\w*(?:\.[A-Za-z_]
 
 def mid_expression(decoded: str, k: int) -> bool:
     """Does keeping ``decoded[:k]`` cut an expression the model went on extending: inside a name;
-    after a name, ``)`` or ``]`` that the decoded text calls, subscripts or reads an attribute of
-    (``m = mmap.mmap`` or ``m = mmap.m`` of ``m = mmap.mmap(s.fileno())``: a callable where a call
-    was meant); after a ``.`` before its attribute; after an opening bracket whose contents follow
+    after a name, a closing bracket or a string that the decoded text calls, subscripts or reads an
+    attribute of (``m = mmap.mmap`` or ``m = mmap.m`` of ``m = mmap.mmap(s.fileno())``: a callable
+    where a call was meant); after a ``.`` before its attribute; after an opening bracket whose contents follow
     (a line fix would close it empty: ``os.path.join()``)? Not after a ``,``: the safe continuation
     fills the slot after it (``tmp_filename, 'w',`` + ``encoding="utf-8"``)."""
     if not 0 < k < len(decoded):
@@ -401,7 +403,15 @@ def mid_expression(decoded: str, k: int) -> bool:
         return True
     if before in "([{":
         return after not in ")]}"
-    return after in "([." and (ident_char(before) or before in ")]")
+    return after in "([." and (ident_char(before) or before in ")]}'\"")
+
+
+def cuts_expression(decoded: str, k: int, strings: list[tuple[int, int]] | None = None) -> bool:
+    """:func:`mid_expression` outside the string literals of ``decoded`` (``strings``: their
+    spans, :func:`engine.lexing.scanner.string_spans`; computed when None): inside a string no
+    expression is cut."""
+    strings = string_spans(decoded) if strings is None else strings
+    return not any(a < k < b for a, b in strings) and mid_expression(decoded, k)
 
 
 def closer_ends(text: str) -> set[int]:
@@ -437,7 +447,8 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
     word = _word_end(cur.prefix, decoded)  # finishing the word being typed is a place to end
     bare = _BARE_NAME.fullmatch(_last_line(cur, text))
     header = cur.multiline and "\n" in text and text.rstrip(" \t").endswith(":")
-    if len(text) == word or not (mid_expression(decoded, len(text)) or bare or header):
+    strings = string_spans(decoded)
+    if len(text) == word or not (cuts_expression(decoded, len(text), strings) or bare or header):
         return text
     valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
     names = cur.start is not None and not is_dynamic(_monitored_document(cur))
@@ -447,7 +458,7 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
         if cur.multiline and "\n" in shorter:
             shorter = shorter.rstrip(" \t\n")  # no dangling indentation of a line cut away
         if not shorter.strip() or shorter.rstrip(" \t").endswith(":") or len(shorter) != word and (
-                mid_expression(decoded, len(shorter)) or _BARE_NAME.fullmatch(_last_line(cur, shorter))):
+                cuts_expression(decoded, len(shorter), strings) or _BARE_NAME.fullmatch(_last_line(cur, shorter))):
             continue
         if valid(shorter) and not (names and blamed(cur.prefix, shorter, cur.suffix, 0, cur.heal)):
             kept = shorter

@@ -259,3 +259,25 @@ def test_finishing_the_word_being_typed_is_a_place_to_end(prefix, decoded, ends,
     cur = Cursor(prefix=prefix, suffix="\n", cursor_line=prefix.rsplit("\n", 1)[-1], multiline=False, wrap_ok=False,
                  validate=True)
     assert finish(Draft(decoded, ends, None), cur, Completion(text="")) == want
+
+
+def test_a_cut_may_fall_between_merged_closing_brackets():
+    from engine.finish import closer_ends
+
+    assert closer_ends('ast.Name("x", ast.Store()), None') == {25, 26}
+    assert closer_ends("f(a)b") == set()  # only between a closer and a closer, comma or colon
+    # the args task of the bench: the token "())," made the call end at `ast.Store` (a class) or after the comma
+    prefix = "import ast\n\n\ndef f():\n    return ast.Expr("
+    cur = Cursor(prefix=prefix, suffix=")\n", cursor_line="    return ast.Expr(", multiline=False, wrap_ok=False,
+                 validate=True)
+    result = Completion(text="")
+    out = finish(Draft('ast.Name("x", ast.Store())) if', [3, 4, 8, 10, 11, 13, 17, 18, 23, 27, 30], None), cur, result)
+    assert out + cur.suffix[result.replace_suffix:] == 'ast.Name("x", ast.Store()))\n'
+
+
+def test_inside_a_string_no_expression_is_cut():
+    from engine.finish import cuts_expression
+
+    decoded = "x, 'global_function.<locals>.inner'.format(y)"
+    assert not cuts_expression(decoded, 20)  # after "global_function." inside the string
+    assert cuts_expression(decoded, len("x, 'global_function.<locals>.inner'"))  # before .format: code

@@ -160,6 +160,24 @@ def scan(text: str) -> Scan:
     return lx
 
 
+def scan_once(text: str) -> Scan:
+    """The :class:`Scan` of a short ``text`` (a completion) from its first character, leaving the
+    checkpoints of recent scans (the documents') as they are. Never raises."""
+    lx = Scan(text.replace("\r", "\n") if "\r" in text else text)
+    _scan_from(lx, 0, 0, [])
+    return lx
+
+
+def string_spans(text: str) -> list[tuple[int, int]]:
+    """The string literals of ``text``, read from code, as ``(start, end)`` code-point offsets (the
+    prefix letters and quotes included; an unterminated last one ends at ``len(text)``)."""
+    lx = scan_once(text)
+    spans = sorted((start, end) for end, start in lx.strings.items())
+    if lx.context == "string" and lx.string_start >= 0:
+        spans.append((lx.string_start, len(text)))
+    return spans
+
+
 def _scan_from(lx: Scan, pos: int, horizon: int, checkpoints: list[tuple]) -> None:
     """Scan ``lx.text`` from ``pos`` (outside brackets, strings and comments), appending a checkpoint
     ``(pos, semi, close0, spans, horizon)`` every :data:`_CHECKPOINT_EVERY` code points at such a
