@@ -269,12 +269,13 @@ def test_a_name_the_judge_blames_is_banned_at_its_step_on_a_retry(engine, monkey
     from engine.monitors.names_judge import Blame
 
     monkeypatch.setattr(finish_module, "blamed", lambda *a, **k: [Blame("zz", 0, 1)])
-    req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return ", suffix="\n", max_tokens=6)
+    req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return ", suffix="\n", max_tokens=8)
     first = engine._complete(req)
     assert first.text == "" and first.semantics["undefined"]["ban"] == [0, first.trace[0].id]
     result = engine._retry(req, first)
     # every attempt the judge blamed is retried, up to the setting; an attempt that ends without a
-    # text to blame (here the model ran out of its 6 tokens mid-name on the third) ends the retries
+    # text to blame (the token budget ran out mid-expression: nothing to show) ends the retries
+    # (8 tokens: with 6 the first attempt was `os.path.join(`, which is no text to show at all)
     assert 2 <= result.retries <= engine.settings.generation.retries == 3 and result.text == ""
     assert not result.trace or result.trace[0].id != first.trace[0].id  # the last attempt started otherwise
 
