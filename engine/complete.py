@@ -211,7 +211,7 @@ class Engine(DecodeLoop):
             return
         text = normalize_eol(scalar_text(text))
         if TabView.of(text, "") is not None:  # as requests in it will read it (engine.tab_view)
-            text = TabView.of(text, "").spaces(text, "")[0]
+            text = TabView.spaces(text, "")[0]
         if self.settings.constraints.enabled and self._lock.acquire(blocking=False):
             try:
                 style = detect_indent_style(text)

@@ -37,7 +37,7 @@ from . import lexing
 from .api import Completion
 from .lexing import automaton as pylex
 from .lexing.scanner import string_spans
-from .monitors.base import PROSE_MODES, ident_char
+from .monitors.base import PROSE_MODES, ident_char, leading_word
 from .monitors.block_header import BlockHeader
 from .monitors.name_table import is_dynamic
 from .monitors.names_judge import blamed
@@ -253,11 +253,10 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     cuts = draft.ends
     if draft.accepting is not None:  # stop at the last valid point (not after a dangling '.', '!', escape, ...)
         if len(text) not in draft.accepting:
-            text = text[: max(e for e in draft.accepting if e <= len(text))]
-            if cur.multiline and "\n" in text:
-                text = text.rstrip(" \t\n")  # no dangling indentation of a line cut away
+            text = _no_dangling_indent(text[: max(e for e in draft.accepting if e <= len(text))], cur.multiline)
         cuts = draft.accepting  # truncation candidates: where the FSM could have stopped
     ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
+    strings = None  # the string literals of the decoded text: inside one no expression is cut
     if in_code(cur.prefix):  # never fuse with the word after the cursor: only whole-word ends (R12)
         ends = sorted(set(ends) | closer_ends(text))
         ends = whole_word_ends(text, ends, cur.suffix)
@@ -265,8 +264,9 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
         strings = string_spans(decoded)
         ends = [e for e in ends if e == word or not cuts_expression(decoded, e, strings)]
         text = text[: ends[-1]] if ends else ""
-        if cur.multiline and "\n" in text and text[-1:] in (" ", "\t", "\n"):
-            text = text.rstrip(" \t\n")  # no dangling indentation of a line cut away
+        stripped = _no_dangling_indent(text, cur.multiline)
+        if stripped != text:
+            text = stripped
             ends = [e for e in ends if e < len(text)] + [len(text)]
     pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
     result.validation = "skipped"
@@ -292,7 +292,7 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
     text = _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
-    text = _whole_primary(cur, pieces, decoded, text, result)
+    text = _whole_primary(cur, pieces, decoded, strings, text, result)
     if not text and draft.text.strip() and cur.validate:  # refused: may a retry look for another text?
         result.semantics["refused_in_valid_code"] = region_compiles(cur.prefix, cur.suffix, cur.top_level)
     return text
@@ -393,9 +393,9 @@ def mid_expression(decoded: str, k: int) -> bool:
     """Does keeping ``decoded[:k]`` cut an expression the model went on extending: inside a name;
     after a name, a closing bracket or a string that the decoded text calls, subscripts or reads an
     attribute of (``m = mmap.mmap`` or ``m = mmap.m`` of ``m = mmap.mmap(s.fileno())``: a callable
-    where a call was meant); after a ``.`` before its attribute; after an opening bracket whose contents follow
-    (a line fix would close it empty: ``os.path.join()``)? Not after a ``,``: the safe continuation
-    fills the slot after it (``tmp_filename, 'w',`` + ``encoding="utf-8"``)."""
+    where a call was meant); after a ``.`` before its attribute; after an opening bracket whose
+    contents follow (a line fix would close it empty: ``os.path.join()``)? Not after a ``,``: the
+    safe continuation fills the slot after it (``tmp_filename, 'w',`` + ``encoding="utf-8"``)."""
     if not 0 < k < len(decoded):
         return False
     before, after = decoded[k - 1], decoded[k]
@@ -427,36 +427,33 @@ def _word_end(prefix: str, text: str) -> int | None:
     after a ``.`` typed there (None: neither)."""
     if not prefix or not (ident_char(prefix[-1]) or prefix[-1] == "."):
         return None
-    k = 0
-    while k < len(text) and ident_char(text[k]):
-        k += 1
-    return k or None
+    return len(leading_word(text)) or None
 
 
-def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, result: Completion) -> str:
+def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, strings: list[tuple[int, int]] | None,
+                   text: str, result: Completion) -> str:
     """A text cut back (a loop, the token budget, validation, the monitors, the names judge) that
     ends in the middle of an expression (:func:`mid_expression`), in a line that is a lone (dotted)
     name (``y`` of ``y = len(a b)``) or keyword (``return`` of ``return select_tag(tag)``), or, when
     multi-line, in a block header whose body was cut away, is cut back further: to the longest piece
     prefix that ends in none of these, is valid and is blamed for no undefined name; else to
     nothing. What is shown then means what the model meant as far as it goes. Finishing the word
-    being typed (``os.pa`` + ``th`` of ``th.join(...)``) is always a place to end. Records
-    ``semantics["cut_primary"]``."""
+    being typed (``os.pa`` + ``th`` of ``th.join(...)``) is always a place to end. ``strings``: the
+    string literals of ``decoded`` (:func:`engine.lexing.scanner.string_spans`; None: not read
+    yet). Records ``semantics["cut_primary"]``."""
     if not text or not decoded.startswith(text) or not decoded[len(text):].strip():
         return text  # not cut back
     word = _word_end(cur.prefix, decoded)  # finishing the word being typed is a place to end
     bare = _BARE_NAME.fullmatch(_last_line(cur, text))
     header = cur.multiline and "\n" in text and text.rstrip(" \t").endswith(":")
-    strings = string_spans(decoded)
+    strings = string_spans(decoded) if strings is None else strings
     if len(text) == word or not (cuts_expression(decoded, len(text), strings) or bare or header):
         return text
     valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
     names = cur.start is not None and not is_dynamic(_monitored_document(cur))
     kept = ""
     for k in range(ends_at(pieces, text) - 1, 0, -1):
-        shorter = "".join(pieces[:k])
-        if cur.multiline and "\n" in shorter:
-            shorter = shorter.rstrip(" \t\n")  # no dangling indentation of a line cut away
+        shorter = _no_dangling_indent("".join(pieces[:k]), cur.multiline)
         if not shorter.strip() or shorter.rstrip(" \t").endswith(":") or len(shorter) != word and (
                 cuts_expression(decoded, len(shorter), strings) or _BARE_NAME.fullmatch(_last_line(cur, shorter))):
             continue
@@ -467,6 +464,11 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, text: str, resu
     result.validation = "truncated" if kept else "skipped"
     result.replace_suffix = 0
     return kept
+
+
+def _no_dangling_indent(text: str, multiline: bool) -> str:
+    """A multi-line ``text`` cut back keeps no dangling indentation of a line cut away (R6)."""
+    return text.rstrip(" \t\n") if multiline and "\n" in text else text
 
 
 def _last_line(cur: Cursor, text: str) -> str:

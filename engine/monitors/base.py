@@ -35,6 +35,14 @@ def ident_char(ch: str) -> bool:
     return ch == "_" or ch.isalnum() or ch >= "\x80"
 
 
+def leading_word(text: str) -> str:
+    """The identifier characters at the start of ``text`` ("" if none): the end of a word a
+    completion finishes."""
+    k = 0
+    while k < len(text) and ident_char(text[k]):
+        k += 1
+    return text[:k]
+
 
 @dataclass
 class Refusal:

@@ -35,7 +35,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from .base import ident_char
+from .base import leading_word
 from .name_table import MODULE_DUNDERS, hidden_scopes, stubbed
 from .names import _cursor_word
 
@@ -87,12 +87,6 @@ class Blame:
     name: str
     at: int
     rule: int
-
-
-def _undefined(sk: Skeleton) -> list[tuple[str, int]] | None:
-    """pyflakes' undefined names of the skeleton as ``(name, offset)``; None when it does not parse."""
-    found = _flagged(sk)
-    return None if found is None else [(name, offset) for name, offset, kind in found if kind == "undefined"]
 
 
 def _flagged(sk: Skeleton) -> list[tuple[str, int, str]] | None:
@@ -159,10 +153,7 @@ def blamed(prefix: str, text: str, suffix: str, replaced: int = 0, heal: str = "
     out = [Blame(name, offset - sk.start, 4) for name, offset, kind in flagged
            if kind == "repeated-key" and sk.start <= offset < sk.end]
     word = _cursor_word(prefix)
-    k = 0
-    while k < len(text) and ident_char(text[k]):
-        k += 1
-    finished = word + text[:k]  # the word the completion leaves at the cursor
+    finished = word + leading_word(text)  # the word the completion leaves at the cursor
     body = _closed_def_body(sk, prefix, text)
     line_start = sk.text.rfind("\n", 0, sk.start) + 1  # the cursor's line
     for name, offset in found:
