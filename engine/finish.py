@@ -257,7 +257,8 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
         cuts = draft.accepting  # truncation candidates: where the FSM could have stopped
     ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
     strings = None  # the string literals of the decoded text: inside one no expression is cut
-    if in_code(cur.prefix):  # never fuse with the word after the cursor: only whole-word ends (R12)
+    code = in_code(cur.prefix)
+    if code:  # never fuse with the word after the cursor: only whole-word ends (R12)
         ends = sorted(set(ends) | closer_ends(text))
         ends = whole_word_ends(text, ends, cur.suffix)
         word = _word_end(cur.prefix, text)  # finishing the half-typed word is a place to end
@@ -292,7 +293,8 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
             and not result.replace_suffix and not closed:
         text = _finish_line(cur, pieces, text, result)
     text = _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
-    text = _whole_primary(cur, pieces, decoded, strings, text, result)
+    if code:  # in a comment or a string the text is prose: no expression to cut
+        text = _whole_primary(cur, pieces, decoded, strings, text, result)
     if not text and draft.text.strip() and cur.validate:  # refused: may a retry look for another text?
         result.semantics["refused_in_valid_code"] = region_compiles(cur.prefix, cur.suffix, cur.top_level)
     return text
@@ -430,7 +432,7 @@ def _word_end(prefix: str, text: str) -> int | None:
     return len(leading_word(text)) or None
 
 
-def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, strings: list[tuple[int, int]] | None,
+def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, strings: list[tuple[int, int]],
                    text: str, result: Completion) -> str:
     """A text cut back (a loop, the token budget, validation, the monitors, the names judge) that
     ends in the middle of an expression (:func:`mid_expression`), in a line that is a lone (dotted)
@@ -439,14 +441,13 @@ def _whole_primary(cur: Cursor, pieces: list[str], decoded: str, strings: list[t
     prefix that ends in none of these, is valid and is blamed for no undefined name; else to
     nothing. What is shown then means what the model meant as far as it goes. Finishing the word
     being typed (``os.pa`` + ``th`` of ``th.join(...)``) is always a place to end. ``strings``: the
-    string literals of ``decoded`` (:func:`engine.lexing.scanner.string_spans`; None: not read
-    yet). Records ``semantics["cut_primary"]``."""
+    string literals of ``decoded`` (:func:`engine.lexing.scanner.string_spans`). Only for a cursor
+    in code (a docstring's ``Args:`` line is no block header). Records ``semantics["cut_primary"]``."""
     if not text or not decoded.startswith(text) or not decoded[len(text):].strip():
         return text  # not cut back
     word = _word_end(cur.prefix, decoded)  # finishing the word being typed is a place to end
     bare = _BARE_NAME.fullmatch(_last_line(cur, text))
     header = cur.multiline and "\n" in text and text.rstrip(" \t").endswith(":")
-    strings = string_spans(decoded) if strings is None else strings
     if len(text) == word or not (cuts_expression(decoded, len(text), strings) or bare or header):
         return text
     valid = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)

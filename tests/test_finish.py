@@ -281,3 +281,18 @@ def test_inside_a_string_no_expression_is_cut():
     decoded = "x, 'global_function.<locals>.inner'.format(y)"
     assert not cuts_expression(decoded, 20)  # after "global_function." inside the string
     assert cuts_expression(decoded, len("x, 'global_function.<locals>.inner'"))  # before .format: code
+
+
+@pytest.mark.parametrize("prefix,suffix,text,ends,decoded", [
+    # a docstring's section header and a word cut by the token budget: prose, no block header or lone name
+    ('def f(path):\n    """Open a file.\n\n    ', '\n    """\n', "Args:\n        path:", [4, 5, 6, 14, 18, 19],
+     "Args:\n        path: the file to open.\n"),
+    ('def f(path):\n    """Open a file.\n\n    ', '\n    """\n', "Returns", [7], "Returns the file.\n"),
+    ("x = 1\n# see", "\n", " os.", [3, 4], " os.path.join for details"),  # a comment: no attribute to finish
+])
+def test_in_a_comment_or_string_a_cut_text_is_not_judged_as_an_expression(prefix, suffix, text, ends, decoded):
+    cur = Cursor(prefix=prefix, suffix=suffix, cursor_line=prefix.rsplit("\n", 1)[-1], multiline="\n" in decoded,
+                 wrap_ok=False, validate=True)
+    result = Completion(text="")
+    assert finish(Draft(text, ends, None, decoded), cur, result) == text
+    assert "cut_primary" not in result.semantics
