@@ -376,7 +376,8 @@ def sample_all(args) -> tuple[list[Task], dict]:
     base = [k for k in kinds if k in ("line", "args", "block")]
     tasks = sample_tasks(corpus(args), sum(share(k) for k in base), args.seed, tuple(base)) if base else []
     if "workspace" in kinds:  # after the others, grouped by package: the cache model counts each package once
-        extra = bench_context.sample_workspace_tasks(corpus(args), share("workspace"), args.seed)
+        files = corpus(args) if args.corpus else bench_context.unseen_projects()
+        extra = bench_context.sample_workspace_tasks(files, share("workspace"), args.seed)
         tasks += sorted(extra, key=lambda t: str(Path(t.path).parent))
     return tasks + (slot_tasks if "slots" in kinds else []), meta
 
@@ -468,8 +469,10 @@ def _run_loaded(args, engine, settings, lsp_timer) -> dict:
         "seed": args.seed,
         "speculative": settings.generation.speculative,
         "busy_core": bool(getattr(args, "busy_core", False)),
-        "corpus": args.corpus or ("held-out standard library" if any(t.kind != "slots" for t in tasks)
-                                  else slots_meta.get("corpus")),
+        "corpus": args.corpus or ", ".join(
+            ["held-out standard library"] * any(t.kind in ("line", "args", "block") for t in tasks)
+            + [f"workspace: installed {', '.join(bench_context.UNSEEN_PACKAGES)}"] * any(t.kind == bench_context.KIND for t in tasks)
+            + [str(slots_meta.get("corpus"))] * any(t.kind == "slots" for t in tasks)),
         "constrained": summarize(rows["constrained"]),
         "unconstrained": summarize(rows["unconstrained"]),
     }

@@ -2,9 +2,12 @@
 
 Tasks: ``line`` tasks (cursor at a random point of a code line, target = the rest of the line,
 :func:`lab.tasks.spans_for_file`) in corpus files that sit in a package, i.e. a folder with other
-Python files and an ``__init__.py`` (default corpus: the default model's held-out standard-library files, e.g.
-``email/encoders.py``, ``xml/dom/__init__.py``, ``importlib/util.py``; the model never trained on
-them, though it did on their siblings). The project is the file's siblings: the workspace slice
+Python files and an ``__init__.py``. Default corpus: :func:`unseen_projects`, the installed sympy and
+mpmath (torch's own dependencies, so present wherever the engine runs; BSD-licensed and not in the
+default model's training corpus, docs/model.md): a user's project is code the model never saw. The
+held-out standard-library files (``--corpus`` of the stdlib) are no such test: the model never
+trained on ``email/encoders.py`` itself, but it did on all its siblings, so it already "knows the
+project" and the siblings can add little. The project is the file's siblings: the workspace slice
 :func:`engine.context.workspace.collect` reads for the file's folder (nearest first, bounded by the
 ``context.workspaceFiles``/``workspaceBytes`` settings), the file itself left out.
 
@@ -29,6 +32,26 @@ from .tasks import Task, spans_for_file
 from .usefulness import USEFUL_SIMILARITY, edit_similarity
 
 KIND = "workspace"
+
+
+UNSEEN_PACKAGES = ("sympy", "mpmath")
+
+
+def unseen_projects() -> list[Path]:
+    """The parsable ``*.py`` files (:func:`lab.corpus.corpus_files`) of the installed
+    :data:`UNSEEN_PACKAGES`: packages the default model never trained on (docs/model.md lists its
+    corpus). Raises ``ModuleNotFoundError`` when one is not installed (torch requires both)."""
+    import importlib.util
+
+    from .corpus import corpus_files
+
+    files: list[Path] = []
+    for name in UNSEEN_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModuleNotFoundError(f"bench --kinds workspace: package {name!r} is not installed (pass --corpus DIR)")
+        files += corpus_files(Path(list(spec.submodule_search_locations)[0]))
+    return files
 
 
 def package_files(files: list[Path]) -> list[Path]:

@@ -289,3 +289,80 @@ def test_the_strict_and_the_tolerant_lexer_agree_on_the_soundness_corpus():
 def test_the_strict_and_the_tolerant_lexer_agree_on_every_prefix_of_the_format_spec_corpus():
     text = (CORPUS / "fstring_specs.py").read_text(encoding="utf-8")
     assert _agree_on(text, list(range(len(text) + 1))) == len(text) + 1
+
+
+# -- the prefix lexer's restart at the last top-level statement (engine.lexing.prefix.restart_point) --
+
+def _states(text: str, monkeypatch) -> tuple[dict, dict, int]:
+    """The strict state at the end of ``text`` lexed from its first line, and from its restart point."""
+    from engine.fsm import detect_indent_style
+    from engine.lexing import prefix as prefix_lexing
+
+    style = detect_indent_style(text)
+    with monkeypatch.context() as m:
+        m.setattr(prefix_lexing, "RESTART_CHARS", 10 ** 9)
+        full, rec = prefix_lexing.PrefixLexer().lex(text, style)
+    lexer = prefix_lexing.PrefixLexer()
+    part, _ = lexer.lex(text, style)
+    as_dict = lambda s: {k: getattr(s, k) for k in strict.Lex.__slots__}  # noqa: E731
+    return as_dict(full), as_dict(part), rec
+
+
+_DOCSTRING_MODULE = '''"""A module whose docstring shows code in column 0:
+
+def fake(a,
+b):
+class Fake:
+"""
+import os
+values = [
+one,
+two,
+]
+total = 1 + \\
+two
+class Real:
+    def method(self, x):
+        if x:
+            return [x,
+                    x]
+        return os.sep
+'''
+
+
+@pytest.mark.parametrize("cut", ["def fake(a,\n", "class Fake:\n", "one,\n", "two\n", "return [x,\n", "return os"])
+def test_a_restart_never_starts_in_a_string_a_bracket_or_a_continued_line(cut, monkeypatch):
+    from engine.lexing import prefix as prefix_lexing
+
+    monkeypatch.setattr(prefix_lexing, "RESTART_CHARS", 0)
+    text = _DOCSTRING_MODULE[: _DOCSTRING_MODULE.rindex(cut) + len(cut)]
+    point = prefix_lexing.restart_point(text)
+    statements = ("import os", "values", "total", "class Real")  # the column-0 statements of code
+    assert point in {0} | {text.find(s) for s in statements if s in text}
+    full, part, _ = _states(text, monkeypatch)
+    assert part == full
+
+
+def test_lexing_from_the_restart_point_gives_the_state_lexing_from_the_start_gives():
+    """On the held-out standard-library files, at seeded random cuts past RESTART_CHARS."""
+    mp = pytest.MonkeyPatch()
+    rng = random.Random(5)
+    compared = restarted = 0
+    try:
+        for path in held_out_files():
+            text = read_source(path).replace("\r\n", "\n")
+            if len(text) < 6000:
+                continue
+            for _ in range(4):
+                cut = rng.randrange(4097, len(text))
+                full, part, rec = _states(text[:cut], mp)
+                if rec:
+                    continue  # lexing recovered from an error before the cursor: the restart forgets it
+                from engine.lexing.prefix import restart_point
+
+                restarted += restart_point(text[:cut]) > 0
+                assert part == full, (path, cut)
+                compared += 1
+    finally:
+        mp.undo()
+    assert compared > 100 and restarted > 0.9 * compared

@@ -1,5 +1,6 @@
 """The incremental prefix lexer: the strict automaton's state after a document prefix, kept at every
-line start of the last text so that typing relexes only the new part."""
+line start of the last text so that typing relexes only the new part. A long text new to the lexer
+is lexed from its last top-level statement (:func:`restart_point`), not from its first line."""
 
 from __future__ import annotations
 
@@ -8,11 +9,64 @@ import threading
 
 from ..text import common_prefix
 from .automaton import CODE, Complex, Lex, Reject
+from .scanner import scan
+
+RESTART_CHARS = 4096  # a text new to the lexer and longer than this starts at its last top-level statement
+_RESTART_LOOKBACK = 400  # line starts tried, from the end, before lexing from the first line instead
+
+
+def restart_point(text: str) -> int:
+    """The offset (code points, 0-based) of the last line of ``text`` that starts a top-level
+    statement: a logical line start by the tolerant scanner (outside every bracket and string, no
+    backslash continuation; :meth:`engine.lexing.scanner.Scan.logical_start`) whose first character,
+    in column 0, is a name's or a decorator's, after a code line that does not end in ``:`` (a
+    header's body is indented). The strict automaton's state there, after that first character, is
+    the state of a new file after it (indentation back to column 0, no bracket, string or pending
+    block), so lexing from there gives the state at the end of ``text`` that lexing from the start
+    gives, unless lexing had recovered from an error before it (:class:`PrefixLexer`; the restart
+    forgets the recovery). 0 when none of the last :data:`_RESTART_LOOKBACK` line starts qualifies."""
+    lx = None
+    pos = len(text)
+    for _ in range(_RESTART_LOOKBACK):
+        if pos <= 0:
+            return 0
+        start = text.rfind("\n", 0, pos) + 1
+        pos = start - 1
+        if start == 0:
+            return 0
+        if start == len(text):
+            continue
+        head = text[start]
+        if not (head.isalpha() or head == "_" or head == "@" or ord(head) > 127 and head.isidentifier()):
+            continue
+        before = _last_code_line(text, start).rstrip(" \t")
+        if before.endswith((":", "\\")):
+            continue
+        if lx is None:
+            lx = scan(text)
+        if lx.logical_start(start) == start:
+            return start
+    return 0
+
+
+def _last_code_line(text: str, end: int) -> str:
+    """The last line before the line start ``end`` that is neither blank nor only a comment ("": none)."""
+    while end > 0:
+        start = text.rfind("\n", 0, end - 1) + 1
+        line = text[start:end - 1]
+        stripped = line.strip(" \t\f")
+        if stripped and not stripped.startswith("#"):
+            return line
+        end = start
+    return ""
 
 
 class PrefixLexer:
     """Lexes document prefixes incrementally: states are kept at every line start of the last text,
     so a prefix that shares most of its text with the previous one (typing) costs only the new part.
+    A text longer than :data:`RESTART_CHARS` that shares no kept state starts at its last top-level
+    statement (:func:`restart_point`): states are kept from there on (:meth:`state_at` and
+    :meth:`top_level` know nothing of the lines before it).
 
     A prefix that is already invalid (the user is mid-edit elsewhere) is recovered from: lexing
     restarts at the next line with lenient indentation, and ``recovered`` counts the restarts.
@@ -45,8 +99,9 @@ class PrefixLexer:
             else:
                 marks = []
             if state is None:
+                start = restart_point(text) if len(text) > RESTART_CHARS else 0
                 state = Lex(style)
-                marks = [(0, state.copy(), 0)]
+                marks = [(start, state.copy(), 0)]
             i, n = start, len(text)
             feed = state.feed_char
             while i < n:
