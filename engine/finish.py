@@ -258,6 +258,7 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     ends = sorted({e for e in cuts if 0 < e < len(text)} | {len(text)})
     strings = None  # the string literals of the decoded text: inside one no expression is cut
     code = in_code(cur.prefix)
+    word = None  # where the text finishes the word being typed (code only)
     if code:  # never fuse with the word after the cursor: only whole-word ends (R12)
         ends = sorted(set(ends) | closer_ends(text))
         ends = whole_word_ends(text, ends, cur.suffix)
@@ -271,6 +272,11 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
             ends = [e for e in ends if e < len(text)] + [len(text)]
     pieces = [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
     result.validation = "skipped"
+    if code and text and len(text) == word and cuts_expression(decoded, len(text), strings):
+        # the word being typed, which the model went on calling or reading from: shown alone, since
+        # closing the line after it would mean another expression (``print(os.path.exists)``)
+        result.semantics["word_only"] = True
+        return _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
     monitored = cur.start is not None and not result.cancelled
     closed = False
     if monitored:  # close the open calls with their missing slots, at the longest valid point

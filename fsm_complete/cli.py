@@ -52,6 +52,17 @@ def parse_location(spec: str) -> tuple[str, int, int]:
     return file, line, col
 
 
+def position_of(text: str, offset: int) -> tuple[int, int]:
+    """The 1-based ``(line, column)`` of code-point ``offset`` in ``text``, the inverse of
+    :func:`offset_of`: ``\r\n``, ``\r`` and ``\n`` each end a line (as the file was read)."""
+    breaks = _LINE_BREAK.findall(text, 0, offset)
+    line_start = text.rfind("\n", 0, offset) + 1, text.rfind("\r", 0, offset) + 1
+    return len(breaks) + 1, offset - max(line_start) + 1
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def offset_of(text: str, line: int, col: int) -> int:
     """Code-point offset of 1-based ``line``/``col`` in ``text``; clamped to the line's end and the
     document's end (a column past the end of a line means the end of that line)."""
@@ -133,11 +144,8 @@ def cmd_complete(args) -> int:
     if code:
         return code
     if args.json:
-        end = offset + result.replace_suffix
-        end_line = text.count("\n", 0, end) + 1
-        end_col = end - (max(text.rfind("\n", 0, end), text.rfind("\r", 0, end)) + 1) + 1
-        start_line = text.count("\n", 0, offset) + 1
-        start_col = offset - (max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1) + 1
+        start_line, start_col = position_of(text, offset)
+        end_line, end_col = position_of(text, offset + result.replace_suffix)
         item = {
             "text": result.text,
             "range": {"start": {"line": start_line, "column": start_col}, "end": {"line": end_line, "column": end_col}},

@@ -69,6 +69,18 @@ def test_offset_of_clamps_like_lsp(text, line, col, want):
     assert offset_of(text, line, col) == want
 
 
+@pytest.mark.parametrize("text", ["import os\rdef f():\r    return os.pa\r", "a\r\nbc\r\n\r\nd", "x\ny\rz\r\n"])
+def test_position_of_is_the_inverse_of_offset_of_for_every_line_ending(text):
+    # a newcomer's CR-only file: the range of `complete --json` said line 1 for a cursor on line 3
+    from fsm_complete.cli import position_of
+
+    for offset in range(len(text) + 1):
+        if text[offset - 1: offset + 1] == "\r\n":
+            continue  # between the two characters of one line break: no position
+        line, col = position_of(text, offset)
+        assert offset_of(text, line, col) == offset
+
+
 def test_cuda_requested_but_absent_exits_with_the_fix():
     import torch
 

@@ -296,3 +296,15 @@ def test_in_a_comment_or_string_a_cut_text_is_not_judged_as_an_expression(prefix
     result = Completion(text="")
     assert finish(Draft(text, ends, None, decoded), cur, result) == text
     assert "cut_primary" not in result.semantics
+
+
+def test_the_word_being_typed_is_shown_alone_when_the_model_went_on_calling_it():
+    # a newcomer's `print(os.path.exi`: the model wrote `sts(os.path.join(os.path.join(...` (a loop); the
+    # word is kept, and nothing closes the line after it (`print(os.path.exists)` prints a function)
+    prefix = 'import os\n\npath = os.path.join("a", "b")\nprint(os.path.exi'
+    cur = Cursor(prefix=prefix, suffix="", cursor_line="print(os.path.exi", multiline=False, wrap_ok=False, validate=True)
+    result = Completion(text="")
+    draft = Draft("sts", [3], None, "sts(os.path.join(os.path.join(")
+    assert finish(draft, cur, result) == "sts" and result.semantics.get("word_only")
+    # the model's whole call, not cut: validated as usual
+    assert finish(Draft("sts(path))", [3, 4, 8, 10], None), cur, Completion(text="")) == "sts(path))"
