@@ -32,6 +32,7 @@ background and the request proceeds with the policy rules only).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import asdict, dataclass, replace
 
 from . import lexing
@@ -232,6 +233,66 @@ def member_names(source: str, offset: int, path: str | None = None, *, budget_ms
         return jedi_request(".", source, expression, dot, path, imports, jedi_members, budget_ms)
     except Exception:
         log.debug("member_names failed", exc_info=True)
+        return None
+
+
+_FROM_IMPORT = re.compile(r"[ \t]*from[ \t]+([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)[ \t]+import(?:[ \t]*\([ \t]*|[ \t]+|\Z)"
+                          r"(?:[A-Za-z_]\w*(?:[ \t]+as[ \t]+[A-Za-z_]\w*)?[ \t]*,[ \t]*)*([A-Za-z_]\w*|)")
+
+
+def import_names(source: str, offset: int, path: str | None = None) -> tuple[str, str, frozenset[str]] | None:
+    """``(module, typed, names)`` where the cursor (``offset``, code points) is at a name that a
+    ``from MODULE import`` statement imports (after ``import``, or after a comma of its list; ``typed``:
+    the half-typed name): the names jedi lists for ``MODULE.`` (attributes and submodules, from the
+    source or its stub; :func:`jedi_members`, so a module with a PEP 562 ``__getattr__`` or a compiled
+    one without a stub is open: None), with what its source binds (:func:`_module_names_on_disk`;
+    a module without Python source is open too). None too for a relative import, an import list in brackets over
+    several lines, a cursor in a string or comment, or a module jedi does not find. Never raises."""
+    try:
+        offset = max(0, min(int(offset), len(source)))
+        start = source.rfind("\n", 0, offset) + 1
+        m = _FROM_IMPORT.fullmatch(source, start, offset)
+        if m is None:
+            return None
+        sc = lexing.scan(source[:start])
+        if sc.context != "code" or sc.depth:
+            return None
+        module = m.group(1)
+        snippet = f"import {module}\n"
+        names = jedi_request(".", snippet + module + ".", module, len(snippet) + len(module), path,
+                             import_map(snippet), jedi_members, None)
+        if not names:
+            return None
+        on_disk = _module_names_on_disk(module, path)
+        if on_disk is None:  # no source, or one that binds names it cannot show
+            return None
+        return module, m.group(2), names | on_disk
+    except Exception:
+        log.debug("import_names failed", exc_info=True)
+        return None
+
+
+def _module_names_on_disk(module: str, path: str | None) -> frozenset[str] | None:
+    """What the module's Python source, found as the import system would without importing it
+    (:func:`engine.monitors.name_table.module_source`), binds or uses (a lenient superset, as for a
+    star import: :func:`~engine.monitors.name_table.star_import_names`), with a package's submodules
+    (its ``*.py`` files and sub-folders): jedi prefers a module's stub, which may lack what the source
+    has (``from distutils.core import PyPIRCCommand``). None when no source is found (a C module:
+    its stub may lack a name of another platform or version, ``from _ssl import RAND_egd``) or the
+    source's namespace is dynamic (a star import, ``exec``...)."""
+    from .monitors.name_table import module_source, star_import_names
+
+    try:
+        file = module_source(module, 0, path)
+        if file is None:
+            return None
+        names = star_import_names(str(file))
+        if names is None or file.name != "__init__.py":
+            return names
+        subs = {p.stem if p.suffix == ".py" else p.name for p in file.parent.iterdir()
+                if p.suffix == ".py" or (p.is_dir() and p.name.isidentifier())}
+        return names | subs
+    except OSError:
         return None
 
 

@@ -7,7 +7,8 @@ next token may be refused by a monitor.
 
 Monitors: names (sampled token boundaries), block headers (line starts before a deeper-indented
 line, at column 0 as editors that trim blank lines leave them and after the indentation), member
-access after ``name.`` and argument slots inside calls (jedi; one position each per file). The
+access after ``name.`` or after ``from MODULE import``, and argument slots inside calls (jedi; one
+position each per file). The
 engine's own set-up (:func:`monitors_at`) builds the monitors; the names monitor is also forced
 alone at every names position (no jedi). The required-argument policy is off here: its rules
 (ruff S113 ``timeout``, pylint PLW1514 ``encoding``...) refuse real code on purpose.
@@ -17,6 +18,7 @@ Run with ``-s`` to see the refusal counts per monitor.
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -37,6 +39,9 @@ HEADER_LINES = 2  # per file: lines before a deeper-indented one (cursor at colu
 JEDI_POSITIONS = 1  # per file: after ``name.`` and inside a call (jedi parses the document each time)
 
 
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+[A-Za-z_][\w.]*[ \t]+import(?=[ \t]+[A-Za-z_])", re.M)
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     from transformers import AutoTokenizer
@@ -52,9 +57,11 @@ def _positions(text: str, tok, rng: random.Random, every: bool) -> tuple[list[in
     code = [p for p in starts if text[p - 1] not in "\n" or text[p] not in " \n"]
     dots = [p for p in starts if text[p - 1] == "." and text[p - 2: p] != ".."]
     parens = [p for p in starts if text[p - 1] == "("]
+    imports = [m.end() for m in _FROM_IMPORT.finditer(text)]  # right after ``import`` (the space is healed)
     if every:
-        return code, dots + parens
+        return code, dots + parens + imports
     jedi = rng.sample(dots, min(JEDI_POSITIONS, len(dots))) + rng.sample(parens, min(JEDI_POSITIONS, len(parens)))
+    jedi += rng.sample(imports, min(JEDI_POSITIONS, len(imports)))
     return sorted(rng.sample(code, min(NAME_POSITIONS, len(code)))), sorted(jedi)
 
 
@@ -175,7 +182,7 @@ def teacher_force(path: Path, tok, vocab, policies, rng: random.Random, counts: 
         if state is None:
             continue
         completion, suffix = _span(text, p)
-        kind = "member" if text[p - 1] == "." else "slots"
+        kind = "member" if text[p - 1] == "." else "import" if text.endswith("import", 0, p) else "slots"
         counts[f"{kind} positions"] += 1
         why = _force_semantics(policies, str(path), text[:p], completion, suffix, state, tok, vocab)
         if why:
@@ -199,5 +206,6 @@ def test_no_monitor_refuses_a_real_next_token(tokenizer):
         refusals += teacher_force(path, tokenizer, vocab, policies, rng, counts)
     print("\nmonitor soundness:", dict(sorted(counts.items())))
     assert counts["names positions"] > 1000 and counts["member positions"] > 40 and counts["slots positions"] > 40
+    assert counts["import positions"] > 20  # a name that ``from MODULE import`` imports (member access)
     assert counts["block-header positions"] > 100 and counts["block-header positions that must open a bracket"] > 20
     assert not refusals, refusals[:20]

@@ -59,3 +59,18 @@ class MemberAccess:
 
     def accepting(self) -> bool:
         return self.done or not self.typed or self._is_member(self.typed)
+
+
+class ImportedName(MemberAccess):
+    """After ``from MODULE import`` (or a comma of its list): the name must be one the module has
+    (``names``: its attributes and submodules, :func:`engine.signatures.import_names`) or a domain word."""
+
+    __slots__ = ()
+
+    RULE = "unknown-import"
+
+    def _no_prefix(self) -> str:
+        return f"module {self.owner} has no name starting {self.typed!r}"
+
+    def _not_member(self) -> str:
+        return f"module {self.owner} has no name {self.typed!r}"

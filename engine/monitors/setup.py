@@ -16,12 +16,15 @@ from ..lexing import automaton as pylex
 from ..required_arguments import PolicyTable, load_pyproject_rules
 from .base import PROSE_MODES
 from .block_header import block_header_at
-from .member import MemberAccess
+from .member import ImportedName, MemberAccess
 from .names import names_monitor
 from .semantics import Semantics
 from .slots import call_slots_at
 
 _MEMBER_RE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.([A-Za-z_]\w*)?$")
+# the module path of an import statement (``from distutils.``, ``import os.pa``): after its dots come
+# submodules, which a package need not import nor its stub list (``from distutils.tests import ...``)
+_MODULE_PATH = re.compile(r"[ \t]*(?:from[ \t]+\.*|import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*)[\w.]*\Z")
 
 
 class RequiredArgumentTables:
@@ -109,16 +112,23 @@ def expects_errors(prefix: str, lookback: int = 40) -> bool:
 
 def _member_or_header(sem: Semantics, prefix: str, suffix: str, path, state, member_access: bool,
                       domain_vocabulary, multiline: bool = False) -> Semantics:
-    """Add member access after ``name.``, or the block-header rule, to ``sem``."""
+    """Add member access after ``name.`` or at a name ``from MODULE import`` imports (the module's
+    attributes and submodules), or the block-header rule, to ``sem``."""
     source = prefix + suffix
     m = _MEMBER_RE.search(prefix[-300:])
     header = block_header_at(prefix, suffix, state, multiline)
     if header is not None:
         sem.member = header  # the indentation after the cursor line asks for a compound statement
-    elif member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS):
+    elif member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS) \
+            and not _MODULE_PATH.match(prefix, prefix.rfind("\n") + 1):
         names = signatures.member_names(source, len(prefix), path)
         if names:
             sem.member = MemberAccess(set(names) | set(domain_vocabulary), m.group(2) or "", m.group(1))
+    elif member_access and state.mode in (pylex.CODE, pylex.NAME):
+        found = signatures.import_names(source, len(prefix), path)  # from MODULE import <name>
+        if found is not None:
+            module, typed, names = found
+            sem.member = ImportedName(set(names) | set(domain_vocabulary), typed, module)
     return sem
 
 
