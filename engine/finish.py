@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from . import lexing
 from .api import Completion
 from .lexing import automaton as pylex
-from .lexing.scanner import string_spans
+from .lexing.scanner import scan, string_spans
 from .monitors.base import PROSE_MODES, ident_char, leading_word
 from .monitors.block_header import BlockHeader
 from .monitors.name_table import is_dynamic
@@ -278,6 +278,12 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
         result.semantics["word_only"] = True
         return _names_judged(cur, pieces, _monitors_kept(cur, pieces, text, result), result)
     monitored = cur.start is not None and not result.cancelled
+    if code and monitored:
+        k = repeated_argument(cur.prefix, pieces)
+        if k is not None:  # cut before it: the safe continuation below fills the slots from there
+            result.semantics["repeated_argument"] = {"kept": k, "of": len(pieces)}
+            pieces = pieces[:k]
+            text = "".join(pieces)
     closed = False
     if monitored:  # close the open calls with their missing slots, at the longest valid point
         accept = judge(cur.prefix, cur.suffix, cur.top_level) if cur.validate else (lambda t: True)
@@ -304,6 +310,59 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     if not text and draft.text.strip() and cur.validate:  # refused: may a retry look for another text?
         result.semantics["refused_in_valid_code"] = region_compiles(cur.prefix, cur.suffix, cur.top_level)
     return text
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:[ \t]*\.[ \t]*[A-Za-z_]\w*)*")
+
+
+def _arguments(text: str, start: int = 0) -> tuple[list[tuple[int, int]], int | None]:
+    """The top-level arguments of a call whose argument list runs from ``text[start]`` on:
+    ``([(start, end), ...], end)`` with ``end`` the offset of the ``)`` that closes it (None: still
+    open). Brackets and string literals nest (:func:`engine.lexing.scanner.string_spans`)."""
+    strings = string_spans(text[start:])
+    inside = {i + start for a, b in strings for i in range(a, b)}
+    args, depth, begin = [], 0, start
+    for i in range(start, len(text)):
+        if i in inside:
+            continue
+        ch = text[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                args.append((begin, i))
+                return args, i
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append((begin, i))
+            begin = i + 1
+    args.append((begin, len(text)))
+    return args, None
+
+
+def repeated_argument(prefix: str, pieces: list[str]) -> int | None:
+    """How many of ``pieces`` to keep when the completion passes the call at the cursor a name it
+    was already passed (``requests.get(url, `` + ``url, timeout=10)``, a small model's copy of the
+    argument before): the pieces before that argument. Only a positional argument that is a (dotted)
+    name, equal to a positional argument before the cursor, counts (``np.zeros((3, 3))`` repeats
+    literals on purpose); None when there is none, or the cursor is inside an argument."""
+    lx = scan(prefix)
+    if not lx.stack or lx.stack[-1][0] != "(" or lx.context != "code":
+        return None
+    paren = lx.stack[-1][1]
+    before, _ = _arguments(prefix, paren + 1)
+    if prefix[before[-1][0]:].strip():
+        return None  # the cursor is inside an argument: the completion goes on with it
+    seen = {re.sub(r"[ \t]", "", prefix[a:b]) for a, b in before[:-1]}
+    seen = {arg for arg in seen if _DOTTED.fullmatch(arg)}
+    if not seen:
+        return None
+    text = "".join(pieces)
+    args, close = _arguments(text)
+    for a, b in args if close is not None else args[:-1]:  # the complete ones
+        if re.sub(r"[ \t]", "", text[a:b]) in seen:
+            return ends_at(pieces, text[:a])
+    return None
 
 
 def _monitors_kept(cur: Cursor, pieces: list[str], text: str, result: Completion) -> str:

@@ -308,3 +308,30 @@ def test_the_word_being_typed_is_shown_alone_when_the_model_went_on_calling_it()
     assert finish(draft, cur, result) == "sts" and result.semantics.get("word_only")
     # the model's whole call, not cut: validated as usual
     assert finish(Draft("sts(path))", [3, 4, 8, 10], None), cur, Completion(text="")) == "sts(path))"
+
+
+@pytest.mark.parametrize("prefix,pieces,want", [
+    ("resp = requests.get(url, ", ["url", ",", " timeout", "=", "10", ")"], 0),  # the newcomer's flagship call
+    ("f(a, ", ["b", ",", " a", ")"], 2),  # keep `b,`: the slots are filled from there
+    ("f(self.x, ", ["self", ".", "x", ")"], 0),
+    ("np.zeros((3, ", ["3", "))"], None),  # literals repeat on purpose
+    ("f(a, b", ["c", ")"], None),  # the cursor is inside an argument
+    ("f(a, ", ["a"], None),  # not complete yet: `a.b` may follow
+    ("f(a, ", ["a", ".", "b", ")"], None),
+    ("f(a, ", ["g", "(", "a", ")", ")"], None),  # a nested use
+    ('print(x, ', ['"x"', ")"], None),
+    ("f(a=x, ", ["x", ")"], None),  # a keyword's value is no positional argument before
+    ("x = [a, ", ["a", "]"], None),  # a list, not a call's arguments
+])
+def test_repeated_argument(prefix, pieces, want):
+    from engine.finish import repeated_argument
+
+    assert repeated_argument(prefix, pieces) == want
+
+
+def test_the_flagship_call_never_passes_its_argument_twice(capsys, tmp_path):
+    # a newcomer's `requests.get(url, ` got `url, timeout=10)`: requests.get(url, url, timeout=10)
+    path = tmp_path / "fetch.py"
+    path.write_text("import requests\n\n\ndef fetch(url):\n    resp = requests.get(url, \n    return resp.json()\n")
+    text = _complete(capsys, path, 5, 30)
+    assert "timeout=" in text and "url" not in text
