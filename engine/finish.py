@@ -294,6 +294,8 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
             text = "".join(pieces)
     if text and cur.validate and not closed:
         text, result.replace_suffix, result.validation = validated(cur.prefix, pieces, cur.suffix, cur.top_level)
+        if not result.replace_suffix:  # cut back after a line break token: no dangling indentation
+            text = _no_dangling_indent(text, cur.multiline)
         if monitored and not result.replace_suffix and len(text) < len("".join(pieces)):
             kept = pieces[: ends_at(pieces, text)]  # truncated: the shorter text may need its slots
             k, fix = closing(cur.start, cur.heal, kept, result, accept)

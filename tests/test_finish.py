@@ -335,3 +335,14 @@ def test_the_flagship_call_never_passes_its_argument_twice(capsys, tmp_path):
     path.write_text("import requests\n\n\ndef fetch(url):\n    resp = requests.get(url, \n    return resp.json()\n")
     text = _complete(capsys, path, 5, 30)
     assert "timeout=" in text and "url" not in text
+
+
+def test_a_block_cut_back_by_validation_keeps_no_dangling_indentation():
+    # the vocabulary merges a line break with indentation ("\n       " + " self"): validation cut a block
+    # completion right after that token and showed 'self.contents = []\n       '
+    prefix = "class T:\n    def setUp(self):\n        "
+    decoded = "self.contents = []\n        self.create(a b)\n"
+    ends = [4, 5, 13, 15, 18, 25, 30, 31, 38, 39, 40, 42, 43, 44]
+    cur = Cursor(prefix=prefix, suffix="\n\n    def test(self):\n        pass\n", cursor_line="        ",
+                 multiline=True, wrap_ok=False, validate=True)
+    assert finish(Draft(decoded, ends, None), cur, Completion(text="")) == "self.contents = []"
