@@ -197,6 +197,7 @@ class Completion:
     cancelled: bool = False
     stop_reason: StopReason | None = None  # None: not decoded here
     tokens: int = 0
+    decoded_tokens: int = 0  # tokens the decode loop committed in all attempts (a step back or a retry's included)
     prompt_tokens: int = 0
     reused_tokens: int = 0  # KV-cache prefix tokens reused from the previous request
     fuses: int = 0

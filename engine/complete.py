@@ -338,7 +338,7 @@ class Engine(DecodeLoop):
         each attempt bans that token at that step, with the bans of the attempts before (greedy
         decoding repeats the tokens before it). A retry that comes out empty keeps the attempt before
         it. The first attempt's plan and constraint spec are reused; the timings of all attempts are
-        summed (``timings_ms``) and ``retries`` counts the extra attempts. In process only: a remote
+        summed (``timings_ms``, ``decoded_tokens``) and ``retries`` counts the extra attempts. In process only: a remote
         backend (vLLM) decodes one attempt per request."""
         bans: dict[int, list[int]] = {}
         prior = self._attempt  # the first attempt's plan and spec: a retry reuses them (no jedi, no scan)
@@ -352,8 +352,10 @@ class Engine(DecodeLoop):
             again = self._complete(req, bans=bans, prior=prior)
             again.timings_ms = {k: round(again.timings_ms.get(k, 0.0) + result.timings_ms.get(k, 0.0), 3)
                                 for k in again.timings_ms.keys() | result.timings_ms.keys()}
+            again.decoded_tokens += result.decoded_tokens
             if result.text and not again.text:
                 result.timings_ms, result.retries = again.timings_ms, tries
+                result.decoded_tokens = again.decoded_tokens
                 break
             again.retries = tries
             result = again

@@ -392,6 +392,7 @@ class DecodeLoop:
         if start.guide is None or (start.guide.is_accepting() and (dec.sem is None or dec.sem.accepting())):
             dec.accepting.append(len(dec.text))
         result.tokens += 1
+        result.decoded_tokens += 1
         step.id, step.text = tok, piece.decode("utf-8", "replace")
         result.trace.append(step)
         if req.on_token is not None:

@@ -103,7 +103,7 @@ def settle(engine, remote: RemoteRequest, token_ids, finished_by_length: bool = 
         dec = replay(remote.spec, tables_of(engine), ids, finished_by_length).dec
     else:
         dec = _unconstrained(engine, plan, ids, finished_by_length)
-    result.tokens = len(dec.gen)
+    result.tokens = result.decoded_tokens = len(dec.gen)
     if logprobs is not None and len(logprobs) >= len(dec.gen):
         dec.logprobs = [torch.tensor(float(v)) for v in logprobs[: len(dec.gen)]]
     result.prompt_tokens = len(remote.prompt_ids)

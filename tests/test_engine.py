@@ -278,6 +278,8 @@ def test_a_name_the_judge_blames_is_banned_at_its_step_on_a_retry(engine, monkey
     # (8 tokens: with 6 the first attempt was `os.path.join(`, which is no text to show at all)
     assert 2 <= result.retries <= engine.settings.generation.retries == 3 and result.text == ""
     assert not result.trace or result.trace[0].id != first.trace[0].id  # the last attempt started otherwise
+    # the decoded tokens of every attempt are counted (the bench's tokens/s), the shown attempt's in tokens
+    assert result.decoded_tokens >= first.decoded_tokens + result.tokens and first.decoded_tokens >= first.tokens > 0
 
 
 @pytest.mark.parametrize("constraints", [True, False])
