@@ -313,7 +313,7 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
         policies = policies_for(c.required_arguments, req.path)
         monitors = monitors_at(prefix[: len(prefix) - len(heal)], plan.suffix, req.path, state, policies,
                                member_access=c.member_access, domain_vocabulary=c.domain_vocabulary,
-                               multiline=plan.multiline)
+                               multiline=plan.multiline, healed=heal)
         if monitors.resolver is not None:
             resolver = ResolverSpec(req.path, policies.profile, dict(policies.rules))
             monitors.resolver = None  # travels as its configuration (see ResolverSpec)

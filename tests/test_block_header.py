@@ -180,3 +180,17 @@ def test_r2_r3_cli_never_forces_a_header_that_breaks_the_body(capsys, tmp_path, 
             continue
         document = source[:offset] + out + source[offset:]
         ast.parse(document)  # the block-header rule allowed only what fits the deeper lines
+
+
+@pytest.mark.parametrize("line,healed,suffix,header", [
+    # token healing gives back " resul" (the word with the space before it): the prefix then ends in
+    # three spaces, and the next line, at the cursor line's own indentation, read as deeper
+    ("    resul", " resul", "\n    print(result)\n", False),
+    ("    code_extensi", " code_extensi", "\n\n    def __init__(self):\n        pass\n", False),
+    ("    wh", " wh", "\n        x = 1\n", True),  # a header keyword begun, the next line deeper: still the rule
+    ("    ", " ", "\n        x = 1\n", True),  # a healed space at the indentation
+])
+def test_the_block_header_rule_reads_the_cursor_line_with_its_healed_end(line, healed, suffix, header):
+    prefix = "def f(result, x):\n    y = 1\n" + line[: len(line) - len(healed)]
+    found = block_header_at(prefix, suffix, lex_text(prefix), False, healed)
+    assert (found is not None) is header

@@ -139,17 +139,21 @@ class BlockHeader(MemberAccess):
 _INDENT_RE = re.compile(r"[ \t]*")
 
 
-def block_header_at(prefix: str, suffix: str, state: Lex, multiline: bool = False) -> BlockHeader | None:
+def block_header_at(prefix: str, suffix: str, state: Lex, multiline: bool = False, healed: str = "") -> BlockHeader | None:
     """A :class:`BlockHeader` monitor when the completion at the end of ``prefix`` writes the start
     of a line that must open a block: the cursor line holds only indentation and a partial word,
     nothing follows the cursor on that line, no bracket or backslash continues an earlier line,
     and the next non-blank, non-comment line of ``suffix`` is indented deeper than the cursor line
     (its indentation extends the cursor line's). ``multiline``: the completion may write more
     lines (then a line that ends without opening the block is not refused: a later one may).
-    None otherwise."""
+    ``healed``: the end of the cursor line given back to the model (token healing,
+    :func:`engine.spec.healed_text`; ``prefix`` ends before it): the line is judged as the user has
+    it (``    resul`` + a line at the same indentation is no header, though ``prefix`` ends in three
+    spaces). None otherwise."""
     line = prefix[prefix.rfind("\n") + 1:]
-    indent = _INDENT_RE.match(line).group(0)
-    typed = line[len(indent):]
+    whole = line + healed
+    indent = _INDENT_RE.match(whole).group(0)
+    typed = whole[len(indent):]
     if typed and not (all(ident_char(ch) for ch in typed) and any(k.startswith(typed) for k in HEADER_KEYWORDS)):
         return None  # something else typed already: not this monitor's call
     if state.brackets or state.mode not in (pylex.CODE, pylex.NAME):
@@ -168,6 +172,9 @@ def block_header_at(prefix: str, suffix: str, state: Lex, multiline: bool = Fals
         nxt = _INDENT_RE.match(next_line).group(0)
         if len(nxt) > len(indent) and nxt.startswith(indent):
             closing = unopened_closer(lines[i:], indent)
+            if healed:  # the monitor reads what the completion writes: from the end of ``prefix``
+                indent = _INDENT_RE.match(line).group(0)
+                typed = line[len(indent):]
             return BlockHeader(typed, indent_width(indent), indent_width(nxt), multiline,
                                must_open=closing is not None, header_ok=closing is None or ":" in closing)
         return None

@@ -54,12 +54,13 @@ class RequiredArgumentTables:
 
 def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, policies: PolicyTable, *,
                 member_access: bool = True, domain_vocabulary=(), names: bool = True,
-                multiline: bool = False) -> Semantics:
+                multiline: bool = False, healed: str = "") -> Semantics:
     """The semantic monitors for a completion at the end of ``prefix`` (lexer ``state`` there; the
     document is ``prefix + suffix``, ``path`` its file or None): the slots of the call the cursor is
     in, member access after ``name.`` (or the block-header rule), and a resolver for calls the
     completion opens, and (``names``) the names monitor. In a string or comment: no monitor.
-    ``multiline``: the completion may write several lines (the block-header rule then judges its last)."""
+    ``multiline``: the completion may write several lines (the block-header rule then judges its last).
+    ``healed``: the end of the cursor line that token healing gave back (``prefix`` ends before it)."""
     sem = Semantics(source=prefix)
     if state.mode in PROSE_MODES:
         return sem
@@ -67,7 +68,7 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
     if names:
         sem.names = names_monitor(prefix, suffix, len(state.brackets), path=path)
     if expects_errors(prefix):
-        return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline)
+        return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline, healed)
     memo: dict = {}
 
     def resolver(text: str, paren: int):
@@ -84,7 +85,7 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
             slots, sem.suffix_closes = call_slots_at(spec, prefix, call[1], suffix, state)
             if slots is not None:
                 sem.calls.append(slots)
-    return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline)
+    return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline, healed)
 
 
 _ERROR_BLOCK = re.compile(r"^[ \t]*(?:async[ \t]+)?with\b.*(?:\.assertRaises\w*|\braises)[ \t]*\(")
@@ -111,12 +112,12 @@ def expects_errors(prefix: str, lookback: int = 40) -> bool:
 
 
 def _member_or_header(sem: Semantics, prefix: str, suffix: str, path, state, member_access: bool,
-                      domain_vocabulary, multiline: bool = False) -> Semantics:
+                      domain_vocabulary, multiline: bool = False, healed: str = "") -> Semantics:
     """Add member access after ``name.`` or at a name ``from MODULE import`` imports (the module's
     attributes and submodules), or the block-header rule, to ``sem``."""
     source = prefix + suffix
     m = _MEMBER_RE.search(prefix[-300:])
-    header = block_header_at(prefix, suffix, state, multiline)
+    header = block_header_at(prefix, suffix, state, multiline, healed)
     if header is not None:
         sem.member = header  # the indentation after the cursor line asks for a compound statement
     elif member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS) \
