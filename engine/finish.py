@@ -314,9 +314,6 @@ def finish(draft: Draft, cur: Cursor, result: Completion) -> str:
     return text
 
 
-_DOTTED = re.compile(r"[A-Za-z_]\w*(?:[ \t]*\.[ \t]*[A-Za-z_]\w*)*")
-
-
 def _arguments(text: str, start: int = 0) -> tuple[list[tuple[int, int]], int | None]:
     """The top-level arguments of a call whose argument list runs from ``text[start]`` on:
     ``([(start, end), ...], end)`` with ``end`` the offset of the ``)`` that closes it (None: still
@@ -356,7 +353,7 @@ def repeated_argument(prefix: str, pieces: list[str]) -> int | None:
     if prefix[before[-1][0]:].strip():
         return None  # the cursor is inside an argument: the completion goes on with it
     seen = {re.sub(r"[ \t]", "", prefix[a:b]) for a, b in before[:-1]}
-    seen = {arg for arg in seen if _DOTTED.fullmatch(arg)}
+    seen = {arg for arg in seen if _BARE_NAME.fullmatch(arg)}  # blanks removed: a (dotted) name
     if not seen:
         return None
     text = "".join(pieces)

@@ -52,15 +52,15 @@ def parse_location(spec: str) -> tuple[str, int, int]:
     return file, line, col
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def position_of(text: str, offset: int) -> tuple[int, int]:
     """The 1-based ``(line, column)`` of code-point ``offset`` in ``text``, the inverse of
     :func:`offset_of`: ``\r\n``, ``\r`` and ``\n`` each end a line (as the file was read)."""
     breaks = _LINE_BREAK.findall(text, 0, offset)
     line_start = text.rfind("\n", 0, offset) + 1, text.rfind("\r", 0, offset) + 1
     return len(breaks) + 1, offset - max(line_start) + 1
-
-
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def offset_of(text: str, line: int, col: int) -> int:
@@ -105,7 +105,7 @@ def _complete_at(args):
     except (OSError, ValueError) as exc:
         print(f"fsm-complete {args.command}: cannot read {file}: {exc}", file=sys.stderr)
         return 2, None, 0, None, None
-    lines = len(re.split(r"\r\n|\r|\n", text))  # the line after a final line break counts (the cursor may be there)
+    lines = len(_LINE_BREAK.split(text))  # the line after a final line break counts (the cursor may be there)
     if line > lines:
         print(f"fsm-complete {args.command}: line {line} is past the end of {file} ({lines} lines)", file=sys.stderr)
         return 2, None, 0, None, None

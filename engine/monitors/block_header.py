@@ -172,10 +172,8 @@ def block_header_at(prefix: str, suffix: str, state: Lex, multiline: bool = Fals
         nxt = _INDENT_RE.match(next_line).group(0)
         if len(nxt) > len(indent) and nxt.startswith(indent):
             closing = unopened_closer(lines[i:], indent)
-            if healed:  # the monitor reads what the completion writes: from the end of ``prefix``
-                indent = _INDENT_RE.match(line).group(0)
-                typed = line[len(indent):]
-            return BlockHeader(typed, indent_width(indent), indent_width(nxt), multiline,
+            written = _INDENT_RE.match(line).group(0)  # the monitor reads what the completion writes
+            return BlockHeader(line[len(written):], indent_width(written), indent_width(nxt), multiline,
                                must_open=closing is not None, header_ok=closing is None or ":" in closing)
         return None
     return None
