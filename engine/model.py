@@ -86,21 +86,124 @@ def cpu_has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def resolve_prefill_dtype(requested: str, device, dtype):
+PREFILL_CHOICE_FILE = "prefill-dtype.json"  # in the FSM tables' cache directory (engine.fsm.default_cache_dir)
+BF16_MARGIN = 1.15  # bfloat16 must be this much faster than float32 to be chosen (timings near parity flap)
+
+
+def _product_ms(rows: int, hidden: int, width: int, dtype, threads: int) -> float:
+    """The best of five ``[rows, hidden] @ [hidden, width]`` products in ``dtype`` on ``threads`` CPU
+    threads, in ms (one untimed product first: oneDNN builds its kernel on the first call)."""
+    import time
+
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    try:
+        a = torch.randn(rows, hidden).to(dtype)
+        w = torch.randn(width, hidden).to(dtype)
+        a @ w.t()
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            a @ w.t()
+            best = min(best, time.perf_counter() - t)
+        return best * 1000
+    finally:
+        torch.set_num_threads(before)
+
+
+def bf16_prefill_pays(hidden: int, intermediate: int, decode_threads: int, prefill_threads: int,
+                      cache_dir: Path | None = None) -> bool:
+    """Is a bfloat16 prompt block on ``decode_threads`` (the rule of
+    :attr:`engine.llama.LlamaDecoder.prefill_blocks`) faster, by :data:`BF16_MARGIN`, than float32 on
+    ``prefill_threads``? Measured on this machine with the model's widest product (the fused gate/up
+    projection of 128 prompt rows, about 10 ms in all), because CPU flags do not tell: on one
+    AVX-512 BF16 machine bfloat16 blocks took 2/3 of float32's time, on another (2 cores, torch
+    2.13) 1.7x it. The answer is kept in ``cache_dir`` (:data:`PREFILL_CHOICE_FILE`, keyed by CPU,
+    torch version, shape and threads), so that every process on the machine (the server, the CLI)
+    computes the same logits; None: measured every time. Never raises: an unreadable cache is
+    measured again."""
+    import json
+    import platform
+
+    import torch
+
+    key = "|".join(str(x) for x in (_cpu_model(), platform.machine(), torch.__version__, hidden, intermediate,
+                                    decode_threads, prefill_threads))
+    path = cache_dir / PREFILL_CHOICE_FILE if cache_dir is not None else None
+    known: dict = {}
+    if path is not None:
+        try:
+            known = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(known.get(key), bool):
+                return known[key]
+        except (OSError, ValueError, AttributeError):
+            known = {}
+    f32 = _product_ms(128, hidden, 2 * intermediate, torch.float32, prefill_threads)
+    bf16 = _product_ms(128, hidden, 2 * intermediate, torch.bfloat16, decode_threads)
+    pays = bf16 * BF16_MARGIN < f32
+    log.info("prefill: a bfloat16 block on %d thread(s) %.2f ms, float32 on %d %.2f ms: %s", decode_threads, bf16,
+             prefill_threads, f32, "bfloat16" if pays else "float32")
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            known = known if isinstance(known, dict) else {}
+            known[key] = pays
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known, indent=1), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.info("could not keep the prefill choice in %s: %s", path, exc)
+    return pays
+
+
+def _cpu_model() -> str:
+    """``/proc/cpuinfo``'s model name ('' where absent)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def resolve_prefill_dtype(requested: str, device, dtype, measure=None):
     """The dtype of the own decoder's prompt prefill (None: the model's ``dtype``), setting
     ``model.prefillDtype``: ``auto`` is bfloat16 on a CPU with native bfloat16 products
-    (:func:`cpu_has_fast_bf16`) when the model runs in float32. Raises ModelError for an unknown value."""
+    (:func:`cpu_has_fast_bf16`) when the model runs in float32 and ``measure()`` (a call of
+    :func:`bf16_prefill_pays` with the model's shape; None: not measured) says it pays. Raises
+    ModelError for an unknown value."""
     import torch
 
     req = (requested or "auto").lower()
     if req == "auto":
         fast = device.type == "cpu" and dtype == torch.float32 and cpu_has_fast_bf16()
-        return torch.bfloat16 if fast else None
+        return torch.bfloat16 if fast and (measure is None or measure()) else None
     if req == "same":
         return None
     if req not in ("bfloat16", "float32"):
         raise ModelError(f"unknown prefill dtype {requested!r}; use auto, same, bfloat16 or float32")
     return resolve_dtype(req, device)
+
+
+def _set_prefill_dtype(loaded: "LoadedModel", requested: str) -> "LoadedModel":
+    """Give the own decoder of ``loaded`` its prefill dtype (:func:`resolve_prefill_dtype`), measured
+    with its shape and thread counts (:func:`bf16_prefill_pays`)."""
+    import torch
+
+    from .fsm import default_cache_dir
+
+    model = loaded.model
+    cfg = model.cfg
+
+    def measure() -> bool:
+        return bf16_prefill_pays(cfg.hidden_size, cfg.intermediate_size, torch.get_num_threads(),
+                                 loaded.prefill_threads or torch.get_num_threads(), default_cache_dir())
+
+    model.set_prefill_dtype(resolve_prefill_dtype(requested, loaded.device, loaded.dtype, measure))
+    return loaded
 
 
 def check_model_dir(path: Path) -> None:
@@ -220,9 +323,7 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
     if path.is_file() and is_gguf(path):
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
-        loaded = _load_gguf(path, source.name, dev, dt, threads, decoder)
-        loaded.model.set_prefill_dtype(resolve_prefill_dtype(prefill_dtype, dev, dt))
-        return loaded
+        return _set_prefill_dtype(_load_gguf(path, source.name, dev, dt, threads, decoder), prefill_dtype)
     check_model_dir(path)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -230,9 +331,8 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
         raise ModelError(f"unknown decoder {decoder!r}; use \"auto\" or \"transformers\"")
     own = load_own_decoder(path, dev, dt) if decoder == "auto" else None
     if own is not None:
-        own.set_prefill_dtype(resolve_prefill_dtype(prefill_dtype, dev, dt))
-        return _finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions, own.parameters, threads,
-                       path=str(path))
+        return _set_prefill_dtype(_finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions,
+                                          own.parameters, threads, path=str(path)), prefill_dtype)
 
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer

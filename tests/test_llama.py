@@ -295,8 +295,34 @@ def test_the_prefill_dtype_setting_resolves_per_machine():
 
     cpu = torch.device("cpu")
     assert resolve_prefill_dtype("auto", cpu, torch.float32) == (torch.bfloat16 if cpu_has_fast_bf16() else None)
+    assert resolve_prefill_dtype("auto", cpu, torch.float32, measure=lambda: False) is None  # measured slower here
+    assert resolve_prefill_dtype("bfloat16", cpu, torch.float32, measure=lambda: False) == torch.bfloat16  # asked for
     assert resolve_prefill_dtype("auto", cpu, torch.bfloat16) is None  # a bfloat16 model needs no copy
     assert resolve_prefill_dtype("same", cpu, torch.float32) is None
     assert resolve_prefill_dtype("bfloat16", cpu, torch.float32) == torch.bfloat16
     with pytest.raises(ModelError, match="prefill dtype"):
         resolve_prefill_dtype("int4", cpu, torch.float32)
+
+
+def test_the_measured_prefill_choice_is_kept_per_machine(tmp_path, monkeypatch):
+    """``bf16_prefill_pays`` measures once and keeps the answer, so the server and the CLI on one
+    machine compute the same logits; a damaged file is measured again."""
+    from engine import model as model_module
+
+    calls = []
+
+    def product_ms(rows, hidden, width, dtype, threads):
+        calls.append((dtype, threads))
+        return 1.0 if dtype == torch.float32 else 2.0  # bfloat16 slower, as on this project's 2-core machines
+
+    monkeypatch.setattr(model_module, "_product_ms", product_ms)
+    assert model_module.bf16_prefill_pays(256, 688, 1, 2, tmp_path) is False
+    assert sorted(calls, key=str) == sorted([(torch.float32, 2), (torch.bfloat16, 1)], key=str)
+    assert model_module.bf16_prefill_pays(256, 688, 1, 2, tmp_path) is False and len(calls) == 2  # kept
+    monkeypatch.setattr(model_module, "_product_ms", lambda rows, hidden, width, dtype, threads:
+                        1.0 if dtype == torch.bfloat16 else 2.0)
+    assert model_module.bf16_prefill_pays(256, 688, 1, 4, tmp_path) is True  # another thread count: measured
+    (tmp_path / model_module.PREFILL_CHOICE_FILE).write_text("{not json", encoding="utf-8")
+    assert model_module.bf16_prefill_pays(256, 688, 1, 2, tmp_path) is True  # damaged: measured again
+    assert model_module.bf16_prefill_pays(256, 688, 1, 2, None) is True  # no cache directory: measured
+    assert model_module._product_ms(8, 16, 32, torch.float32, 1) > 0  # the real measurement runs
