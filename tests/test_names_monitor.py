@@ -453,3 +453,28 @@ def test_an_edit_that_keeps_the_structure_moves_the_scopes(old, at, typed):
     new = old[:at] + typed + old[at:]
     moved = name_table._shifted_scopes(old, new, name_table._scan_scopes(old))
     assert moved is not None and moved == name_table._scan_scopes(new)
+
+
+@pytest.mark.parametrize("head", ["def", "async def", "class"])
+def test_a_bracket_left_open_at_the_cursor_ends_at_the_next_def(head):
+    """The document a request sees has the cursor's line typed so far, often with a bracket still
+    open (``self.check(0, sys``). No bracket can hold a ``def`` or ``class`` line, so the scan
+    ends the bracket there, as Python's parser recovers: the later methods' bodies are hidden from
+    the cursor (their locals are not bound there) and the judge's skeleton stays small (a
+    70,000-character test file was judged whole: 40 ms of ast.parse per completion)."""
+    from engine.monitors import name_table
+    from engine.monitors.names_judge import skeleton
+
+    text = ("class T:\n    def a(self):\n        self.check(0, sys\n\n"
+            f"    {head} b(self):\n        local_b = 1\n        return local_b\n\nx = 1\n")
+    cursor = text.index("sys") + 3
+    hidden = name_table.hidden_scopes(text, cursor)  # a class body too
+    body = text.index("\n        local_b")
+    assert any(a <= body and text.index("return local_b") < b for a, b in hidden), hidden
+    assert head == "class" or any(a <= text.index(" b(self)") + 3 <= b for a, b in hidden)  # its parameters
+    sk = skeleton(text[:cursor], ")", text[cursor:])
+    assert "local_b" not in sk.text and "x = 1" in sk.text
+    inside = "x = (1,\n     def_ault)\n"  # a name that starts with def is no def
+    assert name_table._scan_scopes("def f():\n    " + inside) == name_table._scan_scopes("def f():\n    " + inside)
+    closed = "def f(a):\n    return g(a,\n            b)\ny = 2\n"  # a closed bracket ends nothing early
+    assert name_table.hidden_bodies(closed, len(closed)) == ((6, 7), (9, closed.index("y = 2")))

@@ -347,7 +347,9 @@ def hidden_bodies(text: str, cursor: int) -> tuple[tuple[int, int], ...]:
     bound where the ``def`` stands, so it is known from there), sorted and not overlapping. A body is what follows its header's ``:``: the rest of that
     line when code follows the colon, else the lines indented deeper than the ``def`` (blank and
     comment-only lines, lines inside brackets or strings and backslash continuations never end
-    it). Read with the names scanner's tokens, so a ``def`` in a string or comment is none."""
+    it). Read with the names scanner's tokens, so a ``def`` in a string or comment is none. A
+    bracket left open (the cursor's line, typed so far) ends at the next line that starts with
+    ``def``, ``async def`` or ``class``, which no bracket can hold."""
     return scope_spans(text, cursor)[0]
 
 
@@ -470,6 +472,13 @@ def _scan_scopes(text: str) -> tuple[tuple, ...]:
             continue
         if kind == "comment":
             continue
+        if depth and kind == "name" and m.group() in ("def", "class") and \
+                text[line_start:m.start()].strip(" \t") in ("", "async"):
+            # a statement no bracket can hold: the bracket left open above (the line the cursor is
+            # on, typed so far) ended with its line, as Python's own parser recovers
+            depth, first, cont, line_tokens, header_col = 0, True, False, 0, -1
+            if text[line_start:m.start()].strip(" \t"):
+                line_tokens = 1  # the ``async`` before the ``def``
         if first and depth == 0 and not cont:
             col = m.start() - line_start
             close(line_start, col)  # a code line at or left of a def's column ends its body
