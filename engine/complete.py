@@ -33,6 +33,7 @@ from .fsm import (
     default_cache_dir,
     detect_indent_style,
 )
+from .gc_pauses import freeze_loaded, no_collection, unfreeze
 from .lexing import PrefixLexer
 from .monitors.filter import SemanticFilter
 from .monitors.setup import RequiredArgumentTables, describe
@@ -115,6 +116,7 @@ class Engine(DecodeLoop):
                 progress(msg, pct)
 
         s = self.settings
+        unfreeze()  # a model loaded before may be replaced: its cycles become collectable again
         try:
             report("loading model", 5)
             if s.model.backend == "vllm":  # a vLLM server decodes: the tokenizer and config only (engine.remote)
@@ -153,6 +155,7 @@ class Engine(DecodeLoop):
 
         self.context = ContextCache(batch_encoder(lm.tokenizer, frozenset(builder.control_ids)), max(vocab.size, 1))
         self.load_error = None
+        freeze_loaded()  # what the load built lives on: no full collection walks it again (engine.gc_pauses)
         report("ready", 100)
 
     def update_settings(self, settings: Settings) -> None:
@@ -286,14 +289,16 @@ class Engine(DecodeLoop):
 
         Typing through a recent completion (see :meth:`_typed_through`) answers with its rest
         without decoding (``typed_through`` > 0 in the result). Lone surrogates in the texts and
-        the path become U+FFFD (:func:`engine.text.scalar_text`; offsets unchanged)."""
+        the path become U+FFFD (:func:`engine.text.scalar_text`; offsets unchanged). Python's
+        automatic garbage collection waits until the request ends (:mod:`engine.gc_pauses`)."""
         if self.lm is None:
             raise ModelError(self.load_error or "the model is not loaded yet")
         req = self._scalar_request(req)
         view = TabView.of(req.prefix, req.suffix)
-        if view is not None:  # a tab-indented document: the model reads four spaces per tab (engine.tab_view)
-            return view.back(self._answer(view.request(req)))
-        return self._answer(req)
+        with no_collection():
+            if view is not None:  # a tab-indented document: the model reads four spaces per tab (engine.tab_view)
+                return view.back(self._answer(view.request(req)))
+            return self._answer(req)
 
     def _answer(self, req: CompletionRequest) -> Completion:
         """:meth:`complete` for a request as the model reads it."""

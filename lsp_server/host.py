@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from lsprotocol import types
 
+from engine import gc_pauses
 from engine.api import Completion
 from engine.settings import Settings
 from lsp_server import convert
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 WARM_UP_DELAY_S = 0.05  # quiet time after a change before the warm-up (prefill on edit) starts
+COLLECT_AFTER_S = 0.02  # after a decode ends, when the garbage collection it put off may run (engine.gc_pauses)
 CLIENT_REQUEST_TIMEOUT_S = 10.0  # how long a server->client request (progress, configuration) may take
 _EXIT_JOIN_TIMEOUT_S = 2.0
 
@@ -166,6 +168,7 @@ class EngineHost:
             if generation != self._load_generation:
                 return  # the settings changed while loading; a newer load is under way
             self.engine = engine
+            gc_pauses.host_resumes()  # a request's garbage is collected after its answer is sent
             info = getattr(engine, "model_info", None)
             logger.info("model loaded: %s", info.summary() if info is not None else getattr(engine, "model_name", "?"))
             self._server.project.scan(self, engine, self._server.settings, self._server.documents)
@@ -289,6 +292,8 @@ class EngineHost:
 
         def finished(future: asyncio.Future) -> None:
             self._decode_lock.release()
+            with contextlib.suppress(RuntimeError):  # the collection the decode put off, once the answer is out
+                asyncio.get_running_loop().call_later(COLLECT_AFTER_S, gc_pauses.resume)
             self._save_tables_soon(engine)
             if future.cancelled() or future.exception() is not None:
                 record.ended("error", cancelled=request.cancel.is_set())
