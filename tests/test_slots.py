@@ -315,3 +315,38 @@ def test_slots_are_not_enforced_where_a_test_expects_the_error() -> None:
     assert expects_errors("def test():\n    with pytest.raises(ValueError, match='x'):\n        g(")
     assert not expects_errors("def test():\n    with open(p) as f:\n        g(")
     assert not expects_errors("with self.assertRaises(E):\n    pass\nf(")
+
+
+PATH_OPEN = CallSpec(
+    callee="p.open", qualname="pathlib.Path.open",
+    params=tuple(Param(n, "positional_or_keyword", False) for n in ("mode", "buffering", "encoding")),
+    keyword_names=frozenset({"mode", "buffering", "encoding"}), positional_max=3, required_positional=(),
+    required_keywords=())
+
+
+@pytest.mark.parametrize("spec,prefix,completion,refused_at", [
+    (OPEN, "f = open(", "path, 'rb')", None),
+    (OPEN, "f = open(", 'path, "w+", encoding="utf-8")', None),
+    (OPEN, "f = open(", "path, mode='at', encoding=e)", None),
+    (OPEN, "f = open(", "path, m, encoding=e)", None),  # a variable: not judged
+    (OPEN, "f = open(", "path, f'{m}', encoding=e)", None),  # a prefix letter: not judged
+    (OPEN, "f = open(", "'data.txt', encoding='utf-8')", None),  # the file name is no mode
+    (OPEN, "f = open(", "'dir1', 'dir2', encoding='utf-8')", len("'dir1', '")),  # what the model wrote
+    (OPEN, "f = open(", 'name, "wheel CUDA", encoding="utf-8")', len('name, "w')),
+    (OPEN, "f = open(", "path, 'rw')", len("path, 'r")),
+    (OPEN, "f = open(", "path, 'b')", len("path, 'b")),  # no r, w, x or a when the literal closes
+    (OPEN, "f = open(", "path, mode='rbt')", len("path, mode='rb")),
+    (PATH_OPEN, "f = p.open(", "'wb')", None),
+    (PATH_OPEN, "f = p.open(", "'wr')", len("'w")),
+])
+def test_open_takes_only_modes_it_accepts(spec, prefix, completion, refused_at) -> None:
+    """open()'s mode as a string literal must be one open() accepts (it raises ValueError
+    otherwise): refused at the first character no valid mode has, or at a closing quote with no
+    r, w, x or a (``refused_at``: that character's index). A file name's literal, a variable and
+    an f-string are not judged."""
+    refusal, at, _ = run(spec, prefix, completion)
+    if refused_at is None:
+        assert refusal is None, refusal
+        compile(prefix + completion, "<call>", "exec")
+    else:
+        assert refusal is not None and refusal.rule == "invalid-mode" and at == refused_at, (refusal, at)

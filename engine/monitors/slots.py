@@ -24,6 +24,33 @@ from ..lexing.automaton import Lex
 from .base import Refusal, code_char, ident_char
 
 _BINARY_MODE = re.compile(r"""^\s*[rRuUfF]*(['"])[^'"]*b""")
+_OPEN_CALLS = frozenset({"builtins.open", "io.open", "_io.open", "pathlib.Path.open"})
+_MODE_LITERAL = re.compile(r"""\s*(['"])(.*)""", re.S)  # a plain string literal (no prefix letters)
+
+
+def _open_mode_refusal(text: str) -> Refusal | None:
+    """open()'s ``mode`` written as a string literal so far (``text``, from the argument's start)
+    must be a mode open() accepts (Python Library Reference, ``open``; ``io.open`` raises
+    ValueError otherwise): each of ``rwxabt+`` at most once, at most one of ``r``, ``w``, ``x``,
+    ``a`` and exactly one once the literal closes, not both ``b`` and ``t`` (``'dir2'`` as a mode,
+    which the model wrote after a file name). A literal with escapes, another quote or a prefix
+    letter is not judged."""
+    m = _MODE_LITERAL.fullmatch(text)
+    if m is None:
+        return None
+    quote, body = m.group(1), m.group(2)
+    closed = body.endswith(quote)
+    if closed:
+        body = body[:-1]
+    if "\\" in body or quote in body or "'" in body or '"' in body:
+        return None
+    kinds = sum(ch in "rwxa" for ch in body)
+    if len(set(body)) != len(body) or not set(body) <= set("rwxabt+") or kinds > 1 \
+            or ("b" in body and "t" in body) or (closed and kinds != 1):
+        return Refusal("invalid-mode", f"{body!r} is no mode open() accepts (one of r, w, x, a; then b or t; +)")
+    return None
+
+
 _SAFE_LOADER = re.compile(r"^(?:[A-Za-z_]\w*\s*\.\s*)*C?SafeLoader$")  # ruff S506
 
 # phases of the argument currently being written (at the call's own depth)
@@ -143,8 +170,16 @@ class CallSlots:
             return None
         if depth > self.depth or not code:
             self.arg_text += ch
+            if not code and depth == self.depth and self.spec.qualname in _OPEN_CALLS and self._mode_argument():
+                return _open_mode_refusal(self.arg_text)
             return None
         return self._code(ch)
+
+    def _mode_argument(self) -> bool:
+        """Is the argument being written open()'s mode (2nd positional, Path.open's 1st, or ``mode=``)?"""
+        if self.arg_keyword is None:
+            return not self.star and self.arg_index == (0 if self.spec.qualname == "pathlib.Path.open" else 1)
+        return self.arg_keyword == "mode"
 
     def _positional(self) -> Refusal | None:
         if self.seen_keyword:
