@@ -342,9 +342,10 @@ def _arguments(text: str, start: int = 0) -> tuple[list[tuple[int, int]], int | 
 def repeated_argument(prefix: str, pieces: list[str]) -> int | None:
     """How many of ``pieces`` to keep when the completion passes the call at the cursor a name it
     was already passed (``requests.get(url, `` + ``url, timeout=10)``, a small model's copy of the
-    argument before): the pieces before that argument. Only a positional argument that is a (dotted)
-    name, equal to a positional argument before the cursor, counts (``np.zeros((3, 3))`` repeats
-    literals on purpose); None when there is none, or the cursor is inside an argument."""
+    argument before), or one it passes twice itself (``self.headers, self.headers, timeout=10``):
+    the pieces before that argument. Only a positional argument that is a (dotted) name, equal to a
+    positional argument before it, counts (``np.zeros((3, 3))`` repeats literals on purpose); None
+    when there is none, or the cursor is inside an argument."""
     lx = scan(prefix)
     if not lx.stack or lx.stack[-1][0] != "(" or lx.context != "code":
         return None
@@ -354,13 +355,14 @@ def repeated_argument(prefix: str, pieces: list[str]) -> int | None:
         return None  # the cursor is inside an argument: the completion goes on with it
     seen = {re.sub(r"[ \t]", "", prefix[a:b]) for a, b in before[:-1]}
     seen = {arg for arg in seen if _BARE_NAME.fullmatch(arg)}  # blanks removed: a (dotted) name
-    if not seen:
-        return None
     text = "".join(pieces)
     args, close = _arguments(text)
     for a, b in args if close is not None else args[:-1]:  # the complete ones
-        if re.sub(r"[ \t]", "", text[a:b]) in seen:
+        arg = re.sub(r"[ \t]", "", text[a:b])
+        if arg in seen:
             return ends_at(pieces, text[:a])
+        if _BARE_NAME.fullmatch(arg):
+            seen.add(arg)
     return None
 
 

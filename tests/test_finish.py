@@ -322,6 +322,10 @@ def test_the_word_being_typed_is_shown_alone_when_the_model_went_on_calling_it()
     ('print(x, ', ['"x"', ")"], None),
     ("f(a=x, ", ["x", ")"], None),  # a keyword's value is no positional argument before
     ("x = [a, ", ["a", "]"], None),  # a list, not a call's arguments
+    ("r = requests.post(", ["self", ".", "headers", ",", " self", ".", "headers", ",", " timeout", "=", "10", ")"], 4),
+    ("f(", ["a", ",", " b", ",", " a", ")"], 4),  # the completion's own repeat: keep `a, b,`
+    ("f(", ["a", ",", " a"], None),  # the second is not complete yet
+    ("f(", ["1", ",", " 1", ")"], None),  # literals
 ])
 def test_repeated_argument(prefix, pieces, want):
     from engine.finish import repeated_argument
