@@ -205,8 +205,10 @@ class Engine(DecodeLoop):
 
     def warm_document(self, text: str, path: str | None = None) -> None:
         """Warm-up on open: lex the whole document (the prefix lexer keeps its state at every line
-        start, so a request anywhere in it later lexes only from the last line start) and have
-        jedi parse it (:func:`engine.resolve.jedi_client.warm_parse`), before the first request.
+        start, so a request anywhere in it later lexes only from the last line start), parse its
+        fingerprint facts and scan its scopes (:func:`engine.fingerprint.warm_facts`,
+        :func:`engine.monitors.name_table.warm_scopes`) and have jedi parse it
+        (:func:`engine.resolve.jedi_client.warm_parse`), before the first request.
         The lexing is skipped while the engine is busy, and goes in chunks of about
         :attr:`WARM_LEX_CHARS` code points, stopping when a request waits for the engine (the
         request lexes the rest of its prefix itself, no more than it would have). Never raises."""
@@ -227,6 +229,16 @@ class Engine(DecodeLoop):
                 log.debug("lexing warm-up failed", exc_info=True)
             finally:
                 self._lock.release()
+        if self.settings.constraints.enabled and not self._wanted.is_set():
+            from .fingerprint import warm_facts
+            from .monitors.name_table import warm_scopes
+
+            try:  # the document's facts (tree-sitter) and scopes, which a first request would read whole
+                warm_facts(text, path)
+                if self.settings.constraints.semantic and not self._wanted.is_set():
+                    warm_scopes(text)
+            except Exception:
+                log.debug("facts or scopes warm-up failed", exc_info=True)
         if self.settings.constraints.enabled and self.settings.constraints.semantic and path:
             from .resolve.jedi_client import warm_parse
 

@@ -17,6 +17,11 @@ def test_a_document_just_opened_is_lexed_and_parsed(engine, tmp_path):
 
     assert any(str(path) in {str(k) for k in by_path} for by_path in parser_cache.values())  # parso's cache by path
     assert jedi_client.warm_parse(text, None) is False  # an unsaved buffer has no path to cache by
+    from engine.fingerprint.facts import _TREES
+    from engine.monitors import name_table
+
+    assert _TREES._docs[str(path)][0] == text.encode("utf-8")  # the facts' tree: a request reparses what changed
+    assert any(old == text for old, _ in name_table._RECENT_SCOPES)  # the scopes: moved by what is typed
 
 
 def test_warming_never_raises(engine):

@@ -84,6 +84,7 @@ from .facts import (
     _document_facts,
     _parser,
     _Trees,
+    warm_facts,
 )
 from .features import fingerprint
 from .modes import (
@@ -99,4 +100,5 @@ from .modes import (
 __all__ = [
     "FEATURES", "FEATURE_DOCS", "FILE_IO_MODULES", "HTTP_CLIENTS", "MODES", "POLICIES", "TEST_MODULES", "Fingerprint",
     "ModePolicy", "_Trees", "_document_facts", "_parser", "fingerprint", "select_mode",
+    "warm_facts",
 ]

@@ -93,6 +93,13 @@ def _occurrences(data: bytes):
             at = data.find(word, at + len(word))
 
 
+def warm_facts(doc: str, path) -> None:
+    """Parse the document ``doc`` (the text a request in it will read) for the facts of ``path``
+    before any request asks, as :func:`engine.fingerprint.features.fingerprint` would: a request
+    then reparses only what changed since (warm-up on open)."""
+    _document_facts(doc.encode("utf-8", "surrogatepass"), path)
+
+
 def _document_facts(data: bytes, key) -> tuple[frozenset[str], bool]:
     """``(top-level names of the imported modules, whether the builtin open() is called)`` in the
     document ``data`` (UTF-8)."""

@@ -386,6 +386,12 @@ _STRUCTURE_CHARS = frozenset(":()[]{}'\"#\\")  # what an edit may not type or de
 _HEADER_WORD = re.compile(r"\b(?:def|class)\b")
 
 
+def warm_scopes(text: str) -> None:
+    """Scan the scopes of the document ``text`` before any request asks (warm-up on open): a
+    request in it then finds them scanned, or moved by the edits typed since (:func:`_scopes`)."""
+    _scopes(text)
+
+
 def _scopes(text: str) -> tuple[tuple, ...]:
     """Every ``def`` and ``class`` of ``text`` as ``(body start, body end, parameter list span or
     (-1, -1), is a class)``, in the order their bodies end (:func:`_scan_scopes`). Typing would cost a
