@@ -209,36 +209,35 @@ class Engine(DecodeLoop):
         fingerprint facts and scan its scopes (:func:`engine.fingerprint.warm_facts`,
         :func:`engine.monitors.name_table.warm_scopes`) and have jedi parse it
         (:func:`engine.resolve.jedi_client.warm_parse`), before the first request.
-        The lexing is skipped while the engine is busy, and goes in chunks of about
-        :attr:`WARM_LEX_CHARS` code points, stopping when a request waits for the engine (the
-        request lexes the rest of its prefix itself, no more than it would have). Never raises."""
+        All but jedi's parse is skipped while the engine is busy; the lexing goes in chunks of about
+        :attr:`WARM_LEX_CHARS` code points, and every step stops when a request waits for the
+        engine (the request lexes the rest of its prefix itself, no more than it would have: a
+        request right after the document opened would otherwise share the CPU with a warm-up that
+        does its own work). Never raises."""
         if self.lm is None:
             return
         text = normalize_eol(scalar_text(text))
         if TabView.of(text, "") is not None:  # as requests in it will read it (engine.tab_view)
             text = TabView.spaces(text, "")[0]
         if self.settings.constraints.enabled and self._lock.acquire(blocking=False):
-            try:
+            from .fingerprint import warm_facts
+            from .monitors.name_table import warm_scopes
+
+            try:  # under the engine's lock, each step only while no request waits: none competes with one
                 style = detect_indent_style(text)
                 end = 0
                 while end < len(text) and not self._wanted.is_set():
                     end = text.find("\n", end + self.WARM_LEX_CHARS)
                     end = len(text) if end < 0 else end + 1
                     self.prefix_lexer.lex(text[:end], style)  # from the last line start lexed
-            except Exception:  # a warm-up must never take the server down
-                log.debug("lexing warm-up failed", exc_info=True)
-            finally:
-                self._lock.release()
-        if self.settings.constraints.enabled and not self._wanted.is_set():
-            from .fingerprint import warm_facts
-            from .monitors.name_table import warm_scopes
-
-            try:  # the document's facts (tree-sitter) and scopes, which a first request would read whole
-                warm_facts(text, path)
+                if not self._wanted.is_set():
+                    warm_facts(text, path)  # the facts' tree-sitter parse, which a first request reads whole
                 if self.settings.constraints.semantic and not self._wanted.is_set():
                     warm_scopes(text)
-            except Exception:
-                log.debug("facts or scopes warm-up failed", exc_info=True)
+            except Exception:  # a warm-up must never take the server down
+                log.debug("warm-up on open failed", exc_info=True)
+            finally:
+                self._lock.release()
         if self.settings.constraints.enabled and self.settings.constraints.semantic and path:
             from .resolve.jedi_client import warm_parse
 

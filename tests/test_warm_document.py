@@ -37,6 +37,9 @@ def test_lexing_on_open_yields_to_a_waiting_request(engine):
     try:
         engine.warm_document(text + "# a\n")
         assert engine.prefix_lexer._text != text + "# a\n"  # nothing lexed: a request was waiting
+        from engine.monitors import name_table
+
+        assert not any(old == text + "# a\n" for old, _ in name_table._RECENT_SCOPES)  # nor scanned
     finally:
         engine._wanted.clear()
     engine.warm_document(text + "# b\n")
