@@ -76,13 +76,19 @@ def resolve_dtype(requested: str, device):
 
 
 @lru_cache(maxsize=1)
+def _cpuinfo() -> str:
+    """``/proc/cpuinfo`` ('' where that file is absent: not Linux)."""
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+@lru_cache(maxsize=1)
 def cpu_has_fast_bf16() -> bool:
     """Does this CPU multiply bfloat16 matrices natively (AVX-512 BF16 or AMX, ``/proc/cpuinfo``
     flags ``avx512_bf16``/``amx_bf16``)? False where that file is absent (not Linux)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
-    except OSError:
-        return False
+    flags = _cpuinfo().split()
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
@@ -160,12 +166,9 @@ def bf16_prefill_pays(hidden: int, intermediate: int, decode_threads: int, prefi
 
 def _cpu_model() -> str:
     """``/proc/cpuinfo``'s model name ('' where absent)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
     return ""
 
 

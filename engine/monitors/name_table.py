@@ -484,12 +484,11 @@ def _scan_scopes(text: str) -> tuple[tuple, ...]:
         if kind == "comment":
             continue
         if depth and kind == "name" and m.group() in ("def", "class") and \
-                text[line_start:m.start()].strip(" \t") in ("", "async"):
+                (lead := text[line_start:m.start()].strip(" \t")) in ("", "async"):
             # a statement no bracket can hold: the bracket left open above (the line the cursor is
             # on, typed so far) ended with its line, as Python's own parser recovers
-            depth, first, cont, line_tokens, header_col = 0, True, False, 0, -1
-            if text[line_start:m.start()].strip(" \t"):
-                line_tokens = 1  # the ``async`` before the ``def``
+            depth, first, cont, header_col = 0, True, False, -1
+            line_tokens = 1 if lead else 0  # the ``async`` before the ``def``
         if first and depth == 0 and not cont:
             col = m.start() - line_start
             close(line_start, col)  # a code line at or left of a def's column ends its body

@@ -42,7 +42,7 @@ def _open_mode_refusal(text: str) -> Refusal | None:
     closed = body.endswith(quote)
     if closed:
         body = body[:-1]
-    if "\\" in body or quote in body or "'" in body or '"' in body:
+    if "\\" in body or "'" in body or '"' in body:  # an escape, or a quote of either kind
         return None
     kinds = sum(ch in "rwxa" for ch in body)
     if len(set(body)) != len(body) or not set(body) <= set("rwxabt+") or kinds > 1 \
