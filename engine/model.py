@@ -191,7 +191,7 @@ def resolve_prefill_dtype(requested: str, device, dtype, measure=None):
     return resolve_dtype(req, device)
 
 
-def _set_prefill_dtype(loaded: "LoadedModel", requested: str) -> "LoadedModel":
+def _set_prefill_dtype(loaded: LoadedModel, requested: str) -> LoadedModel:
     """Give the own decoder of ``loaded`` its prefill dtype (:func:`resolve_prefill_dtype`), measured
     with its shape and thread counts (:func:`bf16_prefill_pays`)."""
     import torch
