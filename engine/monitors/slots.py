@@ -25,7 +25,7 @@ from .base import Refusal, code_char, ident_char
 
 _BINARY_MODE = re.compile(r"""^\s*[rRuUfF]*(['"])[^'"]*b""")
 _OPEN_CALLS = frozenset({"builtins.open", "io.open", "_io.open", "pathlib.Path.open"})
-_MODE_LITERAL = re.compile(r"""\s*(['"])(.*)""", re.S)  # a plain string literal (no prefix letters)
+_MODE_LITERAL = re.compile(r"""\s*(['"])(.*)""", re.DOTALL)  # a plain string literal (no prefix letters)
 
 
 def _open_mode_refusal(text: str) -> Refusal | None:
