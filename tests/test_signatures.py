@@ -289,6 +289,25 @@ def test_user_function_in_the_same_file():
     assert spec.required_keywords == ()
 
 
+_BASES = ("class Base:\n    pass\nclass Rep(Base):\n    def __new__(cls, *args, **kwargs):\n"
+          "        return super().__new__(cls)\nclass Dense(Base):\n    pass\n")
+
+
+def test_a_constructor_jedi_may_read_from_the_wrong_base_is_unresolved():
+    # sympy's Matrix shape (real report): jedi walks the bases depth first and reads object's
+    # constructor, ``Matrix()``, while Python's C3 order calls Rep.__new__(*args)
+    spec = at_end(_BASES + "class Matrix(Dense, Rep):\n    pass\nMatrix(2, 2, [1, 2, ")
+    assert spec.params is None and spec.positional_max is None and spec.keyword_names is None
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("class Matrix(Dense, Rep):\n    def __init__(self, rows, cols):\n        pass\n", 2),  # its own
+    ("class Matrix(Rep):\n    def __init__(self, rows):\n        pass\n", 1),  # single inheritance
+])
+def test_a_constructor_of_the_class_itself_stays_resolved(body, expected):
+    assert at_end(_BASES + body + "Matrix(").positional_max == expected
+
+
 def test_kwargs_and_args_lift_the_limits():
     spec = at_end("def f(a, *args, b=1, **kwargs):\n    ...\n\nf(")
     assert spec.keyword_names is None and spec.positional_max is None

@@ -231,6 +231,8 @@ def jedi_signatures(code: str, offset: int, path: str | None):
         with _JEDI_LOCK:
             script = _script(code, path)
             found = script.get_signatures(line, column)
+            if any(_constructor_in_doubt(s) for s in found):
+                return None
             overloads = tuple(_summarize(s) for s in found)
             if any(str(s.module_path or "").endswith(".pyi") for s in found):
                 optional = {p.name for params, _ in _implementations(script, code, offset) for p in params
@@ -243,6 +245,49 @@ def jedi_signatures(code: str, offset: int, path: str | None):
     if not overloads:
         return None
     return tuple(params for params, _ in overloads), overloads[0][1]
+
+
+_CONSTRUCTORS = ("__init__", "__new__")
+
+
+def _defines(klass, name: str) -> bool:
+    """Does the jedi class value ``klass`` define ``name`` in its own body (not inherited)?"""
+    own = next(iter(klass.get_filters()), None)
+    return bool(own is not None and own.get(name))
+
+
+def _is_object(klass) -> bool:
+    return klass.py__name__() == "object" and klass.get_root_context().is_builtins_module()
+
+
+def _constructor_in_doubt(signature) -> bool:
+    """May the ``__init__``/``__new__`` jedi read for a class's signature not be the one Python
+    calls? jedi lists a class's bases depth first, not in C3 order (Python's MRO, "The Python 2.3
+    Method Resolution Order"), so with multiple inheritance it can reach ``object`` or a shared
+    base before a later base that defines the constructor: sympy's ``Matrix(2, 2, [1, 2, 3, 5])``
+    came out as ``MutableDenseMatrix()`` (``object.__new__``, while ``MutableRepMatrix.__new__``
+    takes ``*args``), and the slot monitor refused real code. True when the hierarchy has multiple
+    inheritance and a constructor the class does not define itself comes from ``object`` or from
+    one of several defining classes. The signature is then left unresolved (sound: nothing
+    refused). Any surprise in jedi's value API counts as True."""
+    if signature.type != "class":
+        return False
+    try:
+        klass = signature._signature.value
+        mro = [k for k in klass.py__mro__() if hasattr(k, "get_filters")]
+        if not any(len(list(k.py__bases__())) > 1 for k in mro if hasattr(k, "py__bases__")):
+            return False
+        if any(_defines(klass, name) for name in _CONSTRUCTORS):
+            return False
+        definers = [k for k in mro if not _is_object(k) and any(_defines(k, n) for n in _CONSTRUCTORS)]
+        function = getattr(signature._signature, "_function_value", None)
+        chosen = getattr(function, "class_context", None)
+        from_object = chosen is not None and chosen.get_root_context().is_builtins_module() \
+            and chosen.name.string_name == "object"
+        return bool(definers) and (from_object or len(definers) > 1)
+    except Exception:
+        log.debug("could not check the constructor of %s", signature, exc_info=True)
+        return True
 
 
 _OBJECT_HOOKS = ("__getattribute__", "__setattr__")  # overridden: attributes appear at run time
