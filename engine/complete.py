@@ -434,7 +434,7 @@ class Engine(DecodeLoop):
         t3 = clock()
         history = self._context_start(req, prompt, result)  # the cache model's history (None: off)
         if history is not None:
-            logits = self._mix_context(logits, history, result)
+            logits = self._mix_context(logits, history, result, self._line_so_far(plan, start.heal, ""))
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
@@ -537,14 +537,17 @@ class Engine(DecodeLoop):
             return None
         t = time.perf_counter()
         self.context.set_document(prompt.prefix_ids, prompt.suffix_ids)
+        self.context.set_document_text(req.prefix, req.suffix)
         synced = self.context.sync(scopes_for(req.project, self.settings.context), req.path, wait=False)
         result.context = {"counted": self.context.sizes(), "tokenized": synced, "mixed_steps": 0, "mix_ms": 0.0,
                           "sync_ms": round((time.perf_counter() - t) * 1e3, 2)}
         return list(prompt.prefix_ids[-(ORDER - 1):])
 
-    def _mix_context(self, logits, history: list[int], result: Completion):
-        """``[vocab]`` logits mixed with the cache model's estimate after ``history``
-        (:func:`engine.decode.mix_cache`, weight ``context.cache_weight`` x the cache's confidence)."""
+    def _mix_context(self, logits, history: list[int], result: Completion, line: str | None = None):
+        """``[vocab]`` logits mixed with the cache model's estimate after ``history``, then with the
+        line copies' estimate after ``line`` (the cursor's line so far; None: none,
+        :mod:`engine.context.lines`); each by :func:`engine.decode.mix_cache` with weight
+        ``context.cache_weight`` x its confidence."""
         from .decode import mix_cache
 
         t = time.perf_counter()
@@ -552,5 +555,9 @@ class Engine(DecodeLoop):
         if pred.ids:
             result.context["mixed_steps"] += 1
             logits = mix_cache(logits, pred.ids, pred.probs, self.settings.context.cache_weight * pred.confidence)
+        copy = self.context.predict_line(line) if line is not None else None
+        if copy is not None and copy.ids:
+            result.context["line_steps"] = result.context.get("line_steps", 0) + 1
+            logits = mix_cache(logits, copy.ids, copy.probs, self.settings.context.cache_weight * copy.confidence)
         result.context["mix_ms"] = round(result.context["mix_ms"] + (time.perf_counter() - t) * 1e3, 3)
         return logits

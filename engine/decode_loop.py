@@ -179,7 +179,8 @@ class DecodeLoop:
                 break
             logits = self._next_logits(choice.tok, plan, start, dec, stop_ids, history)
             if history is not None:  # once per model step, before any mask (a step back reuses it)
-                logits = self._mix_context(logits, history + dec.gen, result)
+                logits = self._mix_context(logits, history + dec.gen, result,
+                                           self._line_so_far(plan, start.heal, dec.text))
         if dec.drafts is not None:
             result.speculative = dec.drafts.as_dict()
         self._budget_cut(dec, plan)
@@ -198,6 +199,16 @@ class DecodeLoop:
         done = sum(len(tokens[t] or b"") for t in dec.gen)
         rest = start.heal.encode("utf-8")[done:]
         return self.masks.heal_rule(rest) if rest else None
+
+    @staticmethod
+    def _line_so_far(plan: Plan, heal: str, text: str) -> str | None:
+        """The cursor's line with the decoded ``text`` (which re-types ``heal``) for the line copies
+        (:mod:`engine.context.lines`); None once the text has a line break, or when the cursor's
+        line goes on after the cursor (a copied line would repeat that text)."""
+        if "\n" in text or plan.line_suffix.strip():
+            return None
+        line = plan.cursor_line
+        return (line[: len(line) - len(heal)] if heal else line) + text
 
     @staticmethod
     def _stops_after(dec: Decoding, plan: Plan, heal: str = "") -> bool:
@@ -257,14 +268,18 @@ class DecodeLoop:
 
     def _draft_ids(self, plan: Plan, start: Start, dec: Decoding, stop_ids: set[int],
                    history: list[int] | None) -> list[int]:
-        """Up to ``dec.drafts.k`` ids guessed to follow the decoded ones: prompt lookup over the prompt
-        and the decoded ids, else the project-context cache's longest match. Cut before the first id
+        """Up to ``dec.drafts.k`` ids guessed to follow the decoded ones: the rest of the line the line
+        copies agree on (:mod:`engine.context.lines`), else prompt lookup over the prompt and the
+        decoded ids, else the project-context cache's longest match. Cut before the first id
         the FSM guide or the monitors refuse (checked in order from the current state, then rolled
         back), before a stop id, and before a line break in a single-line completion (decoding ends
         there: nothing after it is needed)."""
         spec, tokens = dec.drafts, self.index.vocab.tokens
         spec.lookup.sync(dec.gen)
-        draft = spec.lookup.draft(spec.k)
+        line = self._line_so_far(plan, start.heal, dec.text) if history is not None else None
+        draft = self.context.draft_line(line, spec.k) if line is not None else []
+        if not draft:
+            draft = spec.lookup.draft(spec.k)
         if not draft and history is not None:
             draft = self.context.draft(history + dec.gen, spec.k)
         guide = start.guide

@@ -288,3 +288,80 @@ def test_a_name_only_a_sibling_file_defines_is_completed_with_the_cache(engine, 
         assert scoped.context["counted"]["workspace"] == 0 and "default_level" not in scoped.text
     finally:
         engine.update_settings(old)
+
+
+# -- line copies (engine.context.lines) ----------------------------------------------------------
+
+
+def _first_char(rest):
+    return ord(rest[0])
+
+
+def test_lines_that_start_like_the_cursors_line_vote_for_their_continuation():
+    from engine.context.lines import FULL_KEY, LineIndex
+
+    index = LineIndex()
+    index.set("document", ("    x = Matrix(2, 2)\n    y = Matrix(3)\n",))
+    index.set("workspace", ("x = Matrix(2, 2)\nx = Matrix\n", "x = Mat\n"))
+    ids, probs, confidence = index.votes("        x = Mat", _first_char, end_id=10)
+    # document "rix(2, 2)" (counts twice); workspace "rix(2, 2)", "rix" (same first piece), the line's end
+    assert ids == [ord("r"), 10] and probs == [pytest.approx(0.8), pytest.approx(0.2)]
+    assert confidence == pytest.approx(5 / 6 * len("x = Mat") / FULL_KEY)
+    assert index.votes("        q = Mat", _first_char, 10) == ([], [], 0.0)  # no line starts so
+    assert index.votes("   x", _first_char, 10) == ([], [], 0.0)  # shorter than MIN_KEY
+
+
+def test_line_votes_are_asked_once_per_first_piece():
+    from engine.context.lines import LineIndex
+
+    asked = []
+    index = LineIndex()
+    index.set("document", ("\n".join(f"assert pretty(expr_{i}) == s" for i in range(50)) + "\nassert pretty( 'a' )\n",))
+    ids, probs, _ = index.votes("assert pretty(", lambda rest: asked.append(rest) or ord(rest[0]), None)
+    assert ids == [ord("e"), ord(" ")] and probs[0] == pytest.approx(50 / 51)
+    assert len(asked) == 2  # one rest per group: " 'a' )" and "expr_0) == s" (for all fifty lines)
+
+
+def test_the_cache_indexes_the_document_without_the_cursors_line_and_follows_syncs(tmp_path):
+    calls: list[str] = []
+    cache = ContextCache(_encoder(calls), vocab_size=256, order=3)
+    cache.set_document_text("total = compute(a)\ntotal = comp", "ute(b)\nprint(total)\n")
+    pred = cache.predict_line("total = comp")
+    assert pred.ids == [ord("u")] and pred.probs == [1.0]  # from the line above, not from the cursor's own line
+    other = str(tmp_path / "other.py")
+    cache.sync(ProjectContext(workspace={other: "total = comp_x\n"}))
+    assert cache.predict_line("total = comp").ids == [ord("u"), ord("_")]
+    cache.sync(None)
+    assert cache.predict_line("total = comp").ids == [ord("u")]
+    cache.set_document_text("x = 1\n", "")
+    assert cache.predict_line("total = comp").ids == []
+    with cache._lock:  # a sync holds the counts: no waiting in a decode step
+        assert cache.predict_line("x =").ids == []
+
+
+def test_a_line_that_starts_like_one_above_is_copied_by_the_real_engine(engine, monkeypatch):
+    """The real engine and model: ``total = sum_c`` starts like a line above, whose continuation
+    the line copies carry through (the model alone, and the n-gram scopes, stop after ``start=1``)."""
+    from engine.api import CompletionRequest
+    from engine.context.ngram import EMPTY
+
+    prefix = "def check(grid):\n    total = sum_cells(grid, start=1, stop=-1)\n    print(total)\n    other = 3\n    total = sum_c"
+    on = engine.complete(CompletionRequest(prefix=prefix, suffix="\n"))
+    assert on.text == "ells(grid, start=1, stop=-1)" and on.context["line_steps"] > 0
+    monkeypatch.setattr(engine.context, "predict_line", lambda line: EMPTY)
+    off = engine.complete(CompletionRequest(prefix=prefix, suffix="\n"))
+    assert off.text != on.text and "line_steps" not in off.context
+
+
+def test_the_line_most_lines_go_on_with_is_a_draft():
+    from engine.context.lines import LineIndex
+
+    index = LineIndex()
+    index.set("document", ("x = Matrix(2, 2)\nx = Matrix(2, 2)\nx = Mat\n",))
+    assert index.best_rest("    x = Mat") == "rix(2, 2)"
+    index.set("workspace", ("x = Mat\n" * 5,))  # most lines end here: no draft
+    assert index.best_rest("x = Mat") is None
+    assert index.best_rest("q = ") is None
+    cache = ContextCache(_encoder([]), vocab_size=256, order=3)
+    cache.set_document_text("total = compute(a)\n", "")
+    assert cache.draft_line("total = comp", 3) == [ord("u"), ord("t"), ord("e")]

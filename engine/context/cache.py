@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from ..api import ProjectContext
 from ..text import normalize_eol, scalar_text
+from .lines import LineIndex
 from .ngram import EMPTY, MIN_CONTEXT, ORDER, OUTER_MIN_CONTEXT, NestedCache, Prediction
 
 SCOPES = ("document", "open", "workspace")
@@ -47,6 +48,9 @@ class ContextCache:
         self._texts: dict[str, dict[str, str]] = {"open": {}, "workspace": {}}  # scope -> key -> text counted
         self._lock = threading.Lock()  # the counts (held per batch of texts)
         self._syncing = {"open": threading.Lock(), "workspace": threading.Lock()}  # one sync of a scope at a time
+        self.lines = LineIndex()  # the scopes' lines (line copies, engine.context.lines)
+        self._first: dict[str, int | None] = {}  # a line's rest -> its first token id (memo)
+        self._end_id: int | None = None
 
     def set_document(self, prefix_ids, suffix_ids) -> None:
         """The current document's scope: its prefix and suffix ids (two sequences: no n-gram spans
@@ -55,6 +59,12 @@ class ContextCache:
             doc = self.nested["document"]
             doc.set("prefix", prefix_ids)
             doc.set("suffix", suffix_ids)
+
+    def set_document_text(self, prefix: str, suffix: str) -> None:
+        """The current document's lines for the line copies: ``prefix`` and ``suffix`` (the text
+        before and after the cursor) without the cursor's own line."""
+        with self._lock:
+            self.lines.set("document", (prefix[:prefix.rfind("\n") + 1], suffix[suffix.find("\n") + 1:] if "\n" in suffix else ""))
 
     def sync(self, project: ProjectContext | None, exclude: str | None = None,
              stop: threading.Event | None = None, wait: bool = True, scopes: tuple = ("open", "workspace")) -> int:
@@ -101,6 +111,8 @@ class ContextCache:
                     self.nested[scope].set(key, seq)
                     counted[key] = texts[key]
             done += len(keys)
+        with self._lock:
+            self.lines.set(scope, tuple(counted.values()))
         return done
 
     def predict(self, history) -> Prediction:
@@ -112,6 +124,41 @@ class ContextCache:
             return self.nested.predict(history)
         finally:
             self._lock.release()
+
+    def predict_line(self, line: str) -> Prediction:
+        """The line copies' estimate after ``line``, the cursor's line so far
+        (:meth:`engine.context.lines.LineIndex.votes`); EMPTY while a sync holds the lock."""
+        if not self._lock.acquire(blocking=False):
+            return EMPTY
+        try:
+            if self._end_id is None:
+                self._end_id = (self.encode_batch(["\n"])[0] or [None])[0]
+            ids, probs, confidence = self.lines.votes(line, self._first_id, self._end_id)
+        finally:
+            self._lock.release()
+        return Prediction(ids, probs, confidence, len(line)) if ids else EMPTY
+
+    def draft_line(self, line: str, k: int) -> list[int]:
+        """Up to ``k`` ids of the rest of the line most lines that start like ``line`` go on with
+        (:meth:`engine.context.lines.LineIndex.best_rest`; speculative decoding); [] when there is
+        none or a sync holds the lock."""
+        if not self._lock.acquire(blocking=False):
+            return []
+        try:
+            rest = self.lines.best_rest(line)
+        finally:
+            self._lock.release()
+        return self.encode_batch([rest])[0][:k] if rest else []
+
+    def _first_id(self, rest: str) -> int | None:
+        """The tokenizer's first id of ``rest`` (memoised; a line's rest is tokenized on its own)."""
+        tok = self._first.get(rest, -1)
+        if tok == -1:
+            if len(self._first) > 4096:
+                self._first.clear()
+            ids = self.encode_batch([rest[:32]])[0]
+            tok = self._first[rest] = ids[0] if ids else None
+        return tok
 
     def draft(self, history, k: int) -> list[int]:
         """:meth:`NestedCache.draft`: up to ``k`` ids continuing ``history`` (speculative decoding);

@@ -1,0 +1,126 @@
+"""Line copies: the lines of the document and the project that begin as the cursor's line does.
+
+Code repeats whole lines with small changes (``assert pretty(expr) == ascii_str``,
+``self.enterOuterAlt(localctx, 1)``, ``p = p.set_ring(R)``). The n-gram scopes of
+:mod:`engine.context.ngram` see at most five tokens of history, which after ``p =`` or a half-typed
+``Mat`` is too little to prefer the document's own continuation over the model's. Here the whole
+text of the cursor's line so far (its indentation removed) is the context: every line of a scope
+that starts with it votes for its own continuation's first token, and a line that equals it votes
+for the line's end. This is the character-level cousin of the cache model's unbounded-order
+contexts (Hellendoorn & Devanbu, FSE 2017) anchored at the line start, and of the line-level
+"copy from context" that full-line completion tools apply; its votes are mixed into the logits
+like the n-gram estimate (:func:`engine.decode.mix_cache`), before the token mask, so the FSM and
+the monitors still judge every copied token.
+
+Lines are kept per scope as one sorted list of stripped texts (``bisect`` finds the lines that start
+with a key in O(log n) plus the matches). Keys and lines are Python ``str`` (code points).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+MIN_KEY = 2  # characters of the line (after its indentation) before lines are matched at all
+FULL_KEY = 10  # ... and from this many on, a match counts fully (a shorter key is weaker evidence)
+MAX_GROUPS = 64  # groups of lines (by the first piece of their rest) read per scope and step
+SCOPE_WEIGHTS = {"document": 2.0, "open": 1.0, "workspace": 1.0}  # a vote of the document counts twice
+END = ""  # the continuation of a line that equals the key: the line ends here
+_LAST = "\U0010ffff"  # sorts after every character: key + _LAST bounds the lines that start with key
+# a rest's first piece as a byte-level BPE pre-tokenizer splits it (GPT-2's pattern, simplified):
+# rests that share it start with the same token, so the tokenizer is asked once per piece
+PIECE = re.compile(r" ?[^\W\d]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+")
+
+
+def stripped_lines(texts: Iterable[str]) -> list[str]:
+    """The non-blank lines of ``texts``, each without its indentation and trailing white space, sorted."""
+    out = [line.strip() for text in texts for line in text.split("\n")]
+    return sorted(line for line in out if line)
+
+
+class LineIndex:
+    """Sorted stripped lines per scope (``document``, ``open``, ``workspace``)."""
+
+    def __init__(self):
+        self._lines: dict[str, list[str]] = {}
+        self._sources: dict[str, tuple] = {}  # scope -> the texts its lines came from (rebuilt when they change)
+
+    def set(self, scope: str, texts: tuple[str, ...]) -> None:
+        """Index ``texts`` as ``scope``'s lines; nothing is done when they are the texts indexed before."""
+        old = self._sources.get(scope)
+        if old is not None and len(old) == len(texts) and all(a is b or a == b for a, b in zip(old, texts)):
+            return
+        self._sources[scope] = texts
+        self._lines[scope] = stripped_lines(texts)
+
+    def blocks(self, key: str) -> dict[str, list[tuple[str, int]]]:
+        """Per scope, the lines that start with ``key`` (a stripped line start) grouped by the first
+        piece of their rest (:data:`PIECE`; sorted lines that share a piece are adjacent): ``(a rest
+        of the group, how many lines)``, the lines equal to ``key`` as ``("", n)`` (:data:`END`); at
+        most :data:`MAX_GROUPS` groups per scope. Costs a few bisections per group."""
+        out = {}
+        for scope, lines in self._lines.items():
+            lo = bisect.bisect_left(lines, key)
+            hi = bisect.bisect_left(lines, key + _LAST, lo)
+            groups = []
+            if lo < hi and lines[lo] == key:
+                at = bisect.bisect_right(lines, key, lo, hi)
+                groups.append((END, at - lo))
+                lo = at
+            while lo < hi and len(groups) < MAX_GROUPS:
+                rest = lines[lo][len(key):]
+                at = bisect.bisect_left(lines, key + PIECE.match(rest).group() + _LAST, lo, hi)
+                groups.append((rest, at - lo))
+                lo = at
+            if groups:
+                out[scope] = groups
+        return out
+
+    def best_rest(self, line: str) -> str | None:
+        """The rest of the line most lines that start like ``line`` (the cursor's line so far) go on
+        with, when their largest group (weighted as in :meth:`votes`) holds more than half of the
+        votes; else None (a draft for speculative decoding, not a vote)."""
+        key = line.lstrip()
+        if len(key.rstrip()) < MIN_KEY:
+            return None
+        weights: Counter[str] = Counter()
+        for scope, groups in self.blocks(key).items():
+            for rest, count in groups:
+                weights[rest[:len(PIECE.match(rest).group())] if rest else END] += SCOPE_WEIGHTS.get(scope, 1.0) * count
+        if not weights:
+            return None
+        piece, top = weights.most_common(1)[0]
+        if piece == END or top * 2 <= sum(weights.values()):
+            return None
+        for groups in self.blocks(key).values():
+            for rest, _ in groups:
+                if rest.startswith(piece):
+                    return rest
+        return None
+
+    def votes(self, line: str, first_id: Callable[[str], int | None], end_id: int | None
+              ) -> tuple[list[int], list[float], float]:
+        """The next-token estimate after ``line`` (the cursor's line so far, indentation included):
+        ``(ids, probs, confidence)``, best first; empty ids when no line matches or the key is shorter
+        than :data:`MIN_KEY`. Each matching line votes (weighted by its scope,
+        :data:`SCOPE_WEIGHTS`) for the first token of its rest (``first_id(rest)``, asked once per
+        group of :meth:`blocks`), or for ``end_id`` where it ends. ``confidence`` = ``n / (n + 1)``
+        for ``n`` weighted votes, times ``min(1, len(key) / FULL_KEY)``."""
+        key = line.lstrip()
+        if len(key.rstrip()) < MIN_KEY:
+            return [], [], 0.0
+        tally: Counter[int] = Counter()
+        for scope, groups in self.blocks(key).items():
+            weight = SCOPE_WEIGHTS.get(scope, 1.0)
+            for rest, count in groups:
+                tok = end_id if rest == END else first_id(rest)
+                if tok is not None:
+                    tally[tok] += weight * count
+        if not tally:
+            return [], [], 0.0
+        n = sum(tally.values())
+        ranked = sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ([t for t, _ in ranked], [v / n for _, v in ranked],
+                n / (n + 1.0) * min(1.0, len(key) / FULL_KEY))
