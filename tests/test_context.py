@@ -348,7 +348,9 @@ def test_a_line_that_starts_like_one_above_is_copied_by_the_real_engine(engine, 
     prefix = "def check(grid):\n    total = sum_cells(grid, start=1, stop=-1)\n    print(total)\n    other = 3\n    total = sum_c"
     on = engine.complete(CompletionRequest(prefix=prefix, suffix="\n"))
     assert on.text == "ells(grid, start=1, stop=-1)" and on.context["line_steps"] > 0
-    monkeypatch.setattr(engine.context, "predict_line", lambda line: EMPTY)
+    fresh = engine.complete(CompletionRequest(prefix=prefix[: prefix.rfind("\n") + 5], suffix="\n"))
+    assert "line_steps" not in fresh.context  # an empty line: what the model writes alone is no key
+    monkeypatch.setattr(engine.context, "predict_line", lambda line, ends=True: EMPTY)
     off = engine.complete(CompletionRequest(prefix=prefix, suffix="\n"))
     assert off.text != on.text and "line_steps" not in off.context
 

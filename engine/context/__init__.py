@@ -2,6 +2,8 @@
 open documents and a slice of the workspace (Hellendoorn & Devanbu, FSE 2017; SLP-Core).
 
 * :mod:`.ngram` — counts, Witten-Bell estimates, nested scopes, longest-match drafts (pure Python);
+* :mod:`.lines` — line copies: the scopes' lines that begin as the cursor's line does vote for its
+  next token (and give the first draft);
 * :mod:`.cache` — the engine's runtime: scope texts -> token ids -> counts, incremental and thread-safe;
 * :mod:`.workspace` — which workspace files (``.gitignore`` respected, bounded) and how they are read.
 

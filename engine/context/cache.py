@@ -125,15 +125,16 @@ class ContextCache:
         finally:
             self._lock.release()
 
-    def predict_line(self, line: str) -> Prediction:
+    def predict_line(self, line: str, ends: bool = True) -> Prediction:
         """The line copies' estimate after ``line``, the cursor's line so far
-        (:meth:`engine.context.lines.LineIndex.votes`); EMPTY while a sync holds the lock."""
+        (:meth:`engine.context.lines.LineIndex.votes`; ``ends`` False: no vote for the line's end);
+        EMPTY while a sync holds the lock."""
         if not self._lock.acquire(blocking=False):
             return EMPTY
         try:
             if self._end_id is None:
                 self._end_id = (self.encode_batch(["\n"])[0] or [None])[0]
-            ids, probs, confidence = self.lines.votes(line, self._first_id, self._end_id)
+            ids, probs, confidence = self.lines.votes(line, self._first_id, self._end_id, ends)
         finally:
             self._lock.release()
         return Prediction(ids, probs, confidence, len(line)) if ids else EMPTY

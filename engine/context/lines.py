@@ -100,13 +100,15 @@ class LineIndex:
                     return rest
         return None
 
-    def votes(self, line: str, first_id: Callable[[str], int | None], end_id: int | None
+    def votes(self, line: str, first_id: Callable[[str], int | None], end_id: int | None, ends: bool = True
               ) -> tuple[list[int], list[float], float]:
         """The next-token estimate after ``line`` (the cursor's line so far, indentation included):
         ``(ids, probs, confidence)``, best first; empty ids when no line matches or the key is shorter
         than :data:`MIN_KEY`. Each matching line votes (weighted by its scope,
         :data:`SCOPE_WEIGHTS`) for the first token of its rest (``first_id(rest)``, asked once per
-        group of :meth:`blocks`), or for ``end_id`` where it ends. ``confidence`` = ``n / (n + 1)``
+        group of :meth:`blocks`), or for ``end_id`` where it ends (``ends`` False: such lines do not
+        vote; a multi-line completion's line break is the model's, with the next line's indentation,
+        and a stripped line that ends may go on in its file, ``f(a,`` + a line break). ``confidence`` = ``n / (n + 1)``
         for ``n`` weighted votes, times ``min(1, len(key) / FULL_KEY)``."""
         key = line.lstrip()
         if len(key.rstrip()) < MIN_KEY:
@@ -115,7 +117,7 @@ class LineIndex:
         for scope, groups in self.blocks(key).items():
             weight = SCOPE_WEIGHTS.get(scope, 1.0)
             for rest, count in groups:
-                tok = end_id if rest == END else first_id(rest)
+                tok = (end_id if ends else None) if rest == END else first_id(rest)
                 if tok is not None:
                     tally[tok] += weight * count
         if not tally:
