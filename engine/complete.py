@@ -547,8 +547,8 @@ class Engine(DecodeLoop):
                      multiline: bool = False):
         """``[vocab]`` logits mixed with the cache model's estimate after ``history``, then with the
         line copies' estimate after ``line`` (the cursor's line so far; None: none,
-        :mod:`engine.context.lines`; ``multiline``: no vote for the line's end); each by :func:`engine.decode.mix_cache` with weight
-        ``context.cache_weight`` x its confidence."""
+        :mod:`engine.context.lines`; ``multiline``: no vote for the line's end); each by
+        :func:`engine.decode.mix_cache` with weight ``context.cache_weight`` x its confidence."""
         from .decode import mix_cache
 
         t = time.perf_counter()

@@ -345,7 +345,8 @@ def test_a_line_that_starts_like_one_above_is_copied_by_the_real_engine(engine, 
     from engine.api import CompletionRequest
     from engine.context.ngram import EMPTY
 
-    prefix = "def check(grid):\n    total = sum_cells(grid, start=1, stop=-1)\n    print(total)\n    other = 3\n    total = sum_c"
+    prefix = ("def check(grid):\n    total = sum_cells(grid, start=1, stop=-1)\n    print(total)\n"
+              "    other = 3\n    total = sum_c")
     on = engine.complete(CompletionRequest(prefix=prefix, suffix="\n"))
     assert on.text == "ells(grid, start=1, stop=-1)" and on.context["line_steps"] > 0
     fresh = engine.complete(CompletionRequest(prefix=prefix[: prefix.rfind("\n") + 5], suffix="\n"))

@@ -64,7 +64,8 @@ class ContextCache:
         """The current document's lines for the line copies: ``prefix`` and ``suffix`` (the text
         before and after the cursor) without the cursor's own line."""
         with self._lock:
-            self.lines.set("document", (prefix[:prefix.rfind("\n") + 1], suffix[suffix.find("\n") + 1:] if "\n" in suffix else ""))
+            after = suffix[suffix.find("\n") + 1:] if "\n" in suffix else ""
+            self.lines.set("document", (prefix[:prefix.rfind("\n") + 1], after))
 
     def sync(self, project: ProjectContext | None, exclude: str | None = None,
              stop: threading.Event | None = None, wait: bool = True, scopes: tuple = ("open", "workspace")) -> int:
@@ -127,8 +128,9 @@ class ContextCache:
 
     def predict_line(self, line: str, ends: bool = True) -> Prediction:
         """The line copies' estimate after ``line``, the cursor's line so far
-        (:meth:`engine.context.lines.LineIndex.votes`; ``ends`` False: no vote for the line's end);
-        EMPTY while a sync holds the lock."""
+        (:meth:`engine.context.lines.LineIndex.votes`; ``ends`` False: no vote for the line's end),
+        its ``context`` the line's length in characters (code points); EMPTY when no line matches or
+        while a sync holds the lock."""
         if not self._lock.acquire(blocking=False):
             return EMPTY
         try:

@@ -50,7 +50,8 @@ class LineIndex:
     def set(self, scope: str, texts: tuple[str, ...]) -> None:
         """Index ``texts`` as ``scope``'s lines; nothing is done when they are the texts indexed before."""
         old = self._sources.get(scope)
-        if old is not None and len(old) == len(texts) and all(a is b or a == b for a, b in zip(old, texts)):
+        if old is not None and len(old) == len(texts) and all(
+                a is b or a == b for a, b in zip(old, texts, strict=True)):
             return
         self._sources[scope] = texts
         self._lines[scope] = stripped_lines(texts)
