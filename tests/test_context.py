@@ -368,3 +368,18 @@ def test_the_line_most_lines_go_on_with_is_a_draft():
     cache = ContextCache(_encoder([]), vocab_size=256, order=3)
     cache.set_document_text("total = compute(a)\n", "")
     assert cache.draft_line("total = comp", 3) == [ord("u"), ord("t"), ord("e")]
+
+
+def test_line_copies_read_texts_as_the_tokenizer_does():
+    """A lone surrogate (a broken paste in an open document) and a lone CR line ending: the lines
+    are the scalar text's (the tokenizer raised TypeError on the raw text)."""
+    from transformers import AutoTokenizer
+
+    from engine.context import batch_encoder
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    tok = AutoTokenizer.from_pretrained(DEFAULT_MODEL_DIR, local_files_only=True)
+    cache = ContextCache(batch_encoder(tok), vocab_size=len(tok))
+    cache.sync(ProjectContext(workspace={"/w/o.py": 'v = "ab\ud800cd"\rw = 1\r'}))
+    assert cache.predict_line('v = "ab').ids and cache.draft_line('v = "ab', 4)
+    assert cache.predict_line("w =").ids  # its own line, after a lone CR

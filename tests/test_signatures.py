@@ -300,6 +300,24 @@ def test_a_constructor_jedi_may_read_from_the_wrong_base_is_unresolved():
     assert spec.params is None and spec.positional_max is None and spec.keyword_names is None
 
 
+@pytest.mark.parametrize("source", [
+    # jedi reads object's constructor although the class gets one where jedi does not look
+    "from dataclasses import dataclass\n@dataclass\nclass B:\n    x: int\n    y: int = 0\n"
+    "class M:\n    pass\nclass C(M, B):\n    pass\nC(1, ",  # a dataclass base (generated __init__)
+    "from dataclasses import dataclass\n@dataclass\nclass B:\n    x: int\nclass C(B):\n    pass\nC(1, ",
+    "from missingmod import Base\nclass M:\n    pass\nclass C(M, Base):\n    pass\nC(1, ",  # a base jedi cannot infer
+    "class Meta(type):\n    def __call__(cls, *a, **k):\n        return 1\n"
+    "class C(metaclass=Meta):\n    pass\nC(1, ",  # a metaclass's __call__
+])
+def test_a_constructor_jedi_cannot_see_is_unresolved(source):
+    spec = at_end(source)
+    assert spec.positional_max is None and spec.keyword_names is None and spec.required_positional == ()
+
+
+def test_a_plain_class_without_a_constructor_takes_no_arguments():
+    assert at_end("class C:\n    pass\nC(").positional_max == 0
+
+
 @pytest.mark.parametrize("body, expected", [
     ("class Matrix(Dense, Rep):\n    def __init__(self, rows, cols):\n        pass\n", 2),  # its own
     ("class Matrix(Rep):\n    def __init__(self, rows):\n        pass\n", 1),  # single inheritance

@@ -112,8 +112,7 @@ class ContextCache:
                     self.nested[scope].set(key, seq)
                     counted[key] = texts[key]
             done += len(keys)
-        with self._lock:
-            self.lines.set(scope, tuple(counted.values()))
+        self.lines.set(scope, tuple(counted.values()))  # sorted outside the lock: a request is not kept waiting
         return done
 
     def predict(self, history) -> Prediction:

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
+
+from ..text import normalize_eol, scalar_text
 
 MIN_KEY = 2  # characters of the line (after its indentation) before lines are matched at all
 FULL_KEY = 10  # ... and from this many on, a match counts fully (a shorter key is weaker evidence)
@@ -35,8 +38,10 @@ PIECE = re.compile(r" ?[^\W\d]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+")
 
 
 def stripped_lines(texts: Iterable[str]) -> list[str]:
-    """The non-blank lines of ``texts``, each without its indentation and trailing white space, sorted."""
-    out = [line.strip() for text in texts for line in text.split("\n")]
+    """The non-blank lines of ``texts`` (any line ending; a lone surrogate becomes U+FFFD, as the
+    tokenizer takes only Unicode scalar values), each without its indentation and trailing white
+    space, sorted."""
+    out = [line.strip() for text in texts for line in normalize_eol(scalar_text(text)).split("\n")]
     return sorted(line for line in out if line)
 
 
@@ -45,16 +50,21 @@ class LineIndex:
 
     def __init__(self):
         self._lines: dict[str, list[str]] = {}
+        self._swap = threading.Lock()  # two scopes' syncs (threads) may index at once
         self._sources: dict[str, tuple] = {}  # scope -> the texts its lines came from (rebuilt when they change)
 
     def set(self, scope: str, texts: tuple[str, ...]) -> None:
-        """Index ``texts`` as ``scope``'s lines; nothing is done when they are the texts indexed before."""
-        old = self._sources.get(scope)
+        """Index ``texts`` as ``scope``'s lines; nothing is done when they are the texts indexed
+        before. A reader (:meth:`blocks`) may run meanwhile: it keeps the index it started with."""
+        with self._swap:
+            old = self._sources.get(scope)
         if old is not None and len(old) == len(texts) and all(
                 a is b or a == b for a, b in zip(old, texts, strict=True)):
             return
-        self._sources[scope] = texts
-        self._lines[scope] = stripped_lines(texts)
+        lines = stripped_lines(texts)  # sorted outside the lock
+        with self._swap:
+            self._sources[scope] = texts
+            self._lines = {**self._lines, scope: lines}  # a new dict: a reader's loop keeps the old one
 
     def blocks(self, key: str) -> dict[str, list[tuple[str, int]]]:
         """Per scope, the lines that start with ``key`` (a stripped line start) grouped by the first

@@ -260,6 +260,19 @@ def _is_object(klass) -> bool:
     return klass.py__name__() == "object" and klass.get_root_context().is_builtins_module()
 
 
+def _opaque(klass) -> bool:
+    """Can the jedi class value ``klass`` get a constructor jedi does not read? A decorator (a
+    dataclass's generated ``__init__``, attrs), a metaclass (its ``__call__``), a base jedi cannot
+    infer, or no source at all."""
+    node = getattr(klass, "tree_node", None)
+    if node is None or node.type != "classdef":
+        return True
+    arglist = node.get_super_arglist()
+    if node.get_decorators() or (arglist is not None and "metaclass" in arglist.get_code()):
+        return True
+    return any(not base.infer() for base in klass.py__bases__())
+
+
 def _constructor_in_doubt(signature) -> bool:
     """May the ``__init__``/``__new__`` jedi read for a class's signature not be the one Python
     calls? jedi lists a class's bases depth first, not in C3 order (Python's MRO, "The Python 2.3
@@ -268,22 +281,26 @@ def _constructor_in_doubt(signature) -> bool:
     came out as ``MutableDenseMatrix()`` (``object.__new__``, while ``MutableRepMatrix.__new__``
     takes ``*args``), and the slot monitor refused real code. True when the hierarchy has multiple
     inheritance and a constructor the class does not define itself comes from ``object`` or from
-    one of several defining classes. The signature is then left unresolved (sound: nothing
-    refused). Any surprise in jedi's value API counts as True."""
+    one of several defining classes; and when it comes from ``object`` while a class of the
+    hierarchy may get its constructor where jedi does not look (:func:`_opaque`: a dataclass
+    base, a metaclass's ``__call__``, a base jedi cannot infer). The signature is then left
+    unresolved (sound: nothing refused). Any surprise in jedi's value API counts as True."""
     if signature.type != "class":
         return False
     try:
         klass = signature._signature.value
         mro = [k for k in klass.py__mro__() if hasattr(k, "get_filters")]
+        function = getattr(signature._signature, "_function_value", None)
+        chosen = getattr(function, "class_context", None)
+        from_object = chosen is not None and chosen.get_root_context().is_builtins_module() \
+            and chosen.name.string_name == "object"
+        if from_object and any(_opaque(k) for k in mro if not _is_object(k)):
+            return True
         if not any(len(list(k.py__bases__())) > 1 for k in mro if hasattr(k, "py__bases__")):
             return False
         if any(_defines(klass, name) for name in _CONSTRUCTORS):
             return False
         definers = [k for k in mro if not _is_object(k) and any(_defines(k, n) for n in _CONSTRUCTORS)]
-        function = getattr(signature._signature, "_function_value", None)
-        chosen = getattr(function, "class_context", None)
-        from_object = chosen is not None and chosen.get_root_context().is_builtins_module() \
-            and chosen.name.string_name == "object"
         return bool(definers) and (from_object or len(definers) > 1)
     except Exception:
         log.debug("could not check the constructor of %s", signature, exc_info=True)
