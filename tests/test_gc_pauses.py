@@ -56,7 +56,9 @@ def test_a_host_gives_collection_back_after_its_answer():
 def test_freezing_what_a_load_built():
     try:
         frozen = gc_pauses.freeze_loaded()
-        assert frozen == gc.get_freeze_count() > 0
+        # a thread an earlier test left (a timer, a jedi worker) may free frozen objects meanwhile:
+        # the permanent generation can only shrink after the freeze, never grow
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc_pauses.unfreeze()
     assert gc.get_freeze_count() == 0
