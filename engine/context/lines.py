@@ -52,6 +52,7 @@ class LineIndex:
         self._lines: dict[str, list[str]] = {}
         self._swap = threading.Lock()  # two scopes' syncs (threads) may index at once
         self._sources: dict[str, tuple] = {}  # scope -> the texts its lines came from (rebuilt when they change)
+        self._memo: tuple | None = None  # (key, the index it was read from, its groups): _matches' last answer
 
     def set(self, scope: str, texts: tuple[str, ...]) -> None:
         """Index ``texts`` as ``scope``'s lines; nothing is done when they are the texts indexed
@@ -89,27 +90,40 @@ class LineIndex:
                 out[scope] = groups
         return out
 
-    def best_rest(self, line: str) -> str | None:
-        """The rest of the line most lines that start like ``line`` (the cursor's line so far) go on
-        with, when their largest group (weighted as in :meth:`votes`) holds more than half of the
-        votes; else None (a draft for speculative decoding, not a vote)."""
+    def _matches(self, line: str) -> tuple[str, list[tuple[str, float]]]:
+        """``line``'s key (its indentation left out) and the groups of :meth:`blocks` over every
+        scope as ``(a rest of the group, its lines weighted by their scope)``, scopes in index
+        order (:data:`SCOPE_WEIGHTS`); no groups when the key is shorter than :data:`MIN_KEY`.
+        The last answer is kept: a decode step asks for its votes and its draft with one line."""
         key = line.lstrip()
         if len(key.rstrip()) < MIN_KEY:
-            return None
+            return key, []
+        lines = self._lines
+        memo = self._memo
+        if memo is not None and memo[0] == key and memo[1] is lines:
+            return key, memo[2]
+        groups = [(rest, SCOPE_WEIGHTS.get(scope, 1.0) * count)
+                  for scope, found in self.blocks(key).items() for rest, count in found]
+        self._memo = (key, lines, groups)
+        return key, groups
+
+    def best_rest(self, line: str) -> str | None:
+        """The rest of the line most lines that start like ``line`` (the cursor's line so far) go on
+        with, when their largest group (weighted as in :meth:`votes`, across scopes by the first
+        piece of the rest) holds more than half of the votes; else None (a draft for speculative
+        decoding, not a vote)."""
         weights: Counter[str] = Counter()
-        for scope, groups in self.blocks(key).items():
-            for rest, count in groups:
-                weights[rest[:len(PIECE.match(rest).group())] if rest else END] += SCOPE_WEIGHTS.get(scope, 1.0) * count
+        sample: dict[str, str] = {}  # piece -> the first rest with it
+        for rest, votes in self._matches(line)[1]:
+            piece = PIECE.match(rest).group() if rest else END
+            weights[piece] += votes
+            sample.setdefault(piece, rest)
         if not weights:
             return None
         piece, top = weights.most_common(1)[0]
         if piece == END or top * 2 <= sum(weights.values()):
             return None
-        for groups in self.blocks(key).values():
-            for rest, _ in groups:
-                if rest.startswith(piece):
-                    return rest
-        return None
+        return sample[piece]
 
     def votes(self, line: str, first_id: Callable[[str], int | None], end_id: int | None, ends: bool = True
               ) -> tuple[list[int], list[float], float]:
@@ -119,18 +133,15 @@ class LineIndex:
         :data:`SCOPE_WEIGHTS`) for the first token of its rest (``first_id(rest)``, asked once per
         group of :meth:`blocks`), or for ``end_id`` where it ends (``ends`` False: such lines do not
         vote; a multi-line completion's line break is the model's, with the next line's indentation,
-        and a stripped line that ends may go on in its file, ``f(a,`` + a line break). ``confidence`` = ``n / (n + 1)``
-        for ``n`` weighted votes, times ``min(1, len(key) / FULL_KEY)``."""
-        key = line.lstrip()
-        if len(key.rstrip()) < MIN_KEY:
-            return [], [], 0.0
+        and a stripped line that ends may go on in its file, ``f(a,`` + a line break).
+        ``confidence`` = ``n / (n + 1)`` for ``n`` weighted votes, times
+        ``min(1, len(key) / FULL_KEY)``."""
+        key, groups = self._matches(line)
         tally: Counter[int] = Counter()
-        for scope, groups in self.blocks(key).items():
-            weight = SCOPE_WEIGHTS.get(scope, 1.0)
-            for rest, count in groups:
-                tok = (end_id if ends else None) if rest == END else first_id(rest)
-                if tok is not None:
-                    tally[tok] += weight * count
+        for rest, votes in groups:
+            tok = (end_id if ends else None) if rest == END else first_id(rest)
+            if tok is not None:
+                tally[tok] += votes
         if not tally:
             return [], [], 0.0
         n = sum(tally.values())
