@@ -149,19 +149,15 @@ def rope_inv_freq(cfg: DecoderConfig) -> torch.Tensor:
     return inv
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[..., d]`` -> ``[..., d]``: (x1, x2) -> (-x2, x1) over the two halves (transformers' convention)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """Rotary position embedding (Su et al. 2021, transformers' half-split layout) of ``x``
     ``[heads, n, head_dim]`` at the positions of ``cos`` and ``signed_sin`` ``[n, head_dim]``:
-    ``x * cos + rotate_half(x) * sin`` written as ``x * cos + roll(x) * signed_sin``, where
-    ``signed_sin`` is ``sin`` with its first half negated (:func:`signed_sin`). The same numbers
-    (a sign moves from one factor to the other), two operators fewer per call: a decode step is
-    dispatch-bound at this model size."""
+    ``x * cos + rotate_half(x) * sin`` (``rotate_half``: the halves ``(x1, x2)`` -> ``(-x2, x1)``)
+    written as ``x * cos + roll(x) * signed_sin``, where ``signed_sin`` is ``sin`` with its first
+    half negated (:func:`signed_sin`). The same numbers (a sign moves from one factor to the
+    other) with two operators fewer; the callers rotate queries and keys in one call. At this
+    model size the matrix products are about half of a decode step, the rest mostly the
+    per-operator cost of the small ones (docs/benchmarks.md, session 15)."""
     return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
 
 
