@@ -252,8 +252,7 @@ class LlamaDecoder:
         freqs = torch.outer(pos, inv)  # [capacity, head_dim // 2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [capacity, head_dim]
         self.cos = emb.cos().to(device=self.device, dtype=dtype)
-        self.sin = emb.sin().to(device=self.device, dtype=dtype)
-        self.signed_sin = signed_sin(self.sin)  # [capacity, head_dim] (see rope)
+        self.signed_sin = signed_sin(emb.sin()).to(device=self.device, dtype=dtype)  # [capacity, head_dim] (see rope)
         # [layers, k/v, batch 1, kv_heads, allocated positions, head_dim]
         self.kv = self._new_cache(min(self.capacity, INITIAL_POSITIONS))
         self.length = 0  # cached positions (host int: no device sync to read it)
@@ -262,7 +261,7 @@ class LlamaDecoder:
 
     # -- prefill in another dtype ------------------------------------------------------------------
 
-    _prefill = None  # (dtype, embed, layers, cos, sin) of the prefill copy, or None
+    _prefill = None  # (dtype, embed, layers, cos, signed_sin) of the prefill copy, or None
     PREFILL_BLOCKS = (384, 128)  # positions of the first low-precision prefill block, then of each next one
 
     def set_prefill_dtype(self, dtype: torch.dtype | None) -> None:
@@ -369,17 +368,17 @@ class LlamaDecoder:
         hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
         if low:
             self.low_end = end
-            dtype, embed, layers, cos, sin = self._prefill
+            dtype, embed, layers, cos, ssin = self._prefill
         else:
-            dtype, embed, layers, cos, sin = self.dtype, self.embed, self.layers, self.cos, self.signed_sin
-        cos, sin = cos[start:end], sin[start:end]  # [n, head_dim]; sin: signed_sin
+            dtype, embed, layers, cos, ssin = self.dtype, self.embed, self.layers, self.cos, self.signed_sin
+        cos, ssin = cos[start:end], ssin[start:end]  # [n, head_dim] (ssin: the signed sine, see rope)
         mask = self._mask(start, n)
         x = F.embedding(ids, embed)  # [n, hidden]
         for i, layer in enumerate(layers):
             h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
             qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [n, (nh + 2 nkv) * hd]
             qk, v = qkv.view(n, nh + 2 * nkv, hd).transpose(0, 1).split((nh + nkv, nkv), dim=0)
-            q, k = rope(qk, cos, sin).split((nh, nkv), dim=0)  # [nh, n, hd], [nkv, n, hd]
+            q, k = rope(qk, cos, ssin).split((nh, nkv), dim=0)  # [nh, n, hd], [nkv, n, hd]
             cache = self.kv[i]
             cache[0, 0, :, start:end] = k
             cache[1, 0, :, start:end] = v
@@ -425,7 +424,7 @@ class LlamaDecoder:
         move ``length``."""
         cfg = self.cfg
         hd, nh, nkv = cfg.head_dim, cfg.num_heads, cfg.num_kv_heads
-        cos, sin = self.cos[pos], self.signed_sin[pos]  # [1, head_dim]
+        cos, ssin = self.cos[pos], self.signed_sin[pos]  # [1, head_dim]
         keys_at = torch.arange(self.kv.shape[4], device=pos.device)
         mask = keys_at <= pos  # [allocated]
         if cfg.sliding_window:
@@ -435,7 +434,7 @@ class LlamaDecoder:
             h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
             qkv = F.linear(h, layer.qkv, layer.qkv_bias)
             qk, v = qkv.view(1, nh + 2 * nkv, hd).transpose(0, 1).split((nh + nkv, nkv), dim=0)
-            q, k = rope(qk, cos, sin).split((nh, nkv), dim=0)  # [nh, 1, hd], [nkv, 1, hd]
+            q, k = rope(qk, cos, ssin).split((nh, nkv), dim=0)  # [nh, 1, hd], [nkv, 1, hd]
             cache = self.kv[i]
             cache[0, 0].index_copy_(1, pos, k)
             cache[1, 0].index_copy_(1, pos, v)
