@@ -120,8 +120,16 @@ _BOUNDARY_AFTER = frozenset(",)]}:;")
 
 def loop_cut(text: str, run: Run) -> int:
     """Where a completion that ran into ``run`` ends: after the loop's first copy, without a trailing
-    separator (``self.path_path_path`` -> ``self.path``; ``'w', 'w', 'w'`` -> ``'w'``)."""
+    separator (``self.path_path_path`` -> ``self.path``; ``'w', 'w', 'w'`` -> ``'w'``).
+
+    A cut between two letters or digits would end inside a word (``ing tim|ing tim|ing`` in a
+    string: "cumulative tim" + ``ing tim``): it backs off to the last word boundary inside the first
+    copy (``ing``). A loop inside one word (``abab|ab``) has none and keeps the cut."""
     cut = run.second
+    if 0 < cut < len(text) and text[cut - 1].isalnum() and text[cut].isalnum():
+        boundary = next((i for i in range(cut - 1, run.start - 1, -1) if not text[i].isalnum()), None)
+        if boundary is not None:
+            cut = boundary + 1
     while cut > 0 and text[cut - 1] in " \t\n,;_.":
         cut -= 1
     return cut

@@ -22,6 +22,10 @@ from lab.usefulness import (
     ("a, a, a, a, a, a, a, a", "a"),
     ("output, 'test.test.test.test.test", "output, 'test"),
     ("_time_time_time", "_time"),
+    # a cut never ends inside a word: "cumulative tim" + "ing tim" was shown in pstats.py
+    ("ing timing timing timing tim", "ing"),
+    ("x = foo bar foo bar foo bar", "x = foo bar"),
+    ("ab cdab cdab cdab", "ab"),
 ])
 def test_loops_are_cut_after_their_first_copy(text, kept):
     run = find_run(text)
