@@ -39,20 +39,13 @@ from .fsm_tables import StateTable, TokenTrie, build_table
 from .lexing import automaton as pylex
 from .lexing.automaton import Complex, Lex, Reject
 from .lexing.prefix import PrefixLexer  # noqa: F401 - re-exported (engine.complete imports it from here)
+from .settings import default_cache_dir  # noqa: F401 - re-exported (the FSM tables' cache)
 from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
 FSM_VERSION = 8  # bump when the automaton's behaviour or the cache format changes: invalidates disk caches
 
-
-def default_cache_dir() -> Path:
-    """``$FSM_COMPLETE_CACHE`` or ``$XDG_CACHE_HOME/fsm-complete`` (``~/.cache/fsm-complete``)."""
-    env = os.environ.get("FSM_COMPLETE_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fsm-complete"
 
 
 

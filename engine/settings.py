@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .text import scalar_text
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "default-model"
+
+
+def default_cache_dir() -> Path:
+    """``$FSM_COMPLETE_CACHE`` or ``$XDG_CACHE_HOME/fsm-complete`` (``~/.cache/fsm-complete``): the FSM
+    tables, the prefill dtype choice, the daemon's log (and its socket without ``$XDG_RUNTIME_DIR``)."""
+    env = os.environ.get("FSM_COMPLETE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fsm-complete"
 
 
 @dataclass

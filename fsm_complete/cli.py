@@ -1,5 +1,6 @@
-"""The ``fsm-complete`` command, the product's front door: ``serve``, ``complete``, ``explain``, and the
-lab's ``fingerprint-stats``, ``train`` and ``bench``.
+"""The ``fsm-complete`` command, the product's front door: ``serve``, ``complete``, ``explain``,
+``daemon`` (the model kept loaded for ``complete`` and ``explain``: :mod:`fsm_complete.daemon`), and
+the lab's ``fingerprint-stats``, ``train`` and ``bench``.
 
 Every subcommand's flags are declared here; what a subcommand runs is imported when it runs, so
 ``complete``/``explain``/``serve`` load only the engine and the server, and the lab (:mod:`lab`:
@@ -84,18 +85,17 @@ def offset_of(text: str, line: int, col: int) -> int:
     return start + min(col - 1, len(line_text))
 
 
-def _complete_at(args):
-    """Run one completion at ``args.location``; ``(exit code, text, offset, Completion, Engine)``."""
-    from engine.api import CompletionRequest
-    from engine.complete import Engine
-    from engine.errors import ModelError
+def read_location(args) -> tuple[int, str | None, int, str | None]:
+    """Read ``args.location`` (``FILE:LINE:COL``, 1-based; FILE ``-``: stdin) without loading the
+    engine: ``(exit code, text, code-point offset, absolute path or None for stdin)``. A problem is
+    printed to stderr and gives exit code 2 (text None)."""
     from engine.text import decode_source
 
     try:
         file, line, col = parse_location(args.location)
     except ValueError as exc:
         print(f"fsm-complete {args.command}: {exc}", file=sys.stderr)
-        return 2, None, 0, None, None
+        return 2, None, 0, None
     try:
         if file in ("-", STDIN):
             data = sys.stdin.buffer.read()
@@ -104,71 +104,102 @@ def _complete_at(args):
         text = decode_source(data)  # PEP 263 / 3120, as CPython reads the file
     except (OSError, ValueError) as exc:
         print(f"fsm-complete {args.command}: cannot read {file}: {exc}", file=sys.stderr)
-        return 2, None, 0, None, None
+        return 2, None, 0, None
     lines = len(_LINE_BREAK.split(text))  # the line after a final line break counts (the cursor may be there)
     if line > lines:
         print(f"fsm-complete {args.command}: line {line} is past the end of {file} ({lines} lines)", file=sys.stderr)
-        return 2, None, 0, None, None
-    offset = offset_of(text, line, col)
+        return 2, None, 0, None
+    return 0, text, offset_of(text, line, col), None if file in ("-", STDIN) else str(Path(file).resolve())
+
+
+def command_settings(args):
+    """The engine settings of a ``complete``/``explain``/``daemon`` command line (its model options)."""
     settings = _settings(args)
     if getattr(args, "required_arguments", None):
         settings.constraints.required_arguments = args.required_arguments
-    engine = Engine(settings)
+    return settings
+
+
+def answer(engine, args, text: str, offset: int, path: str | None) -> tuple[int, str, str]:
+    """Run ``args.command`` (``complete`` or ``explain``) on a loaded engine at code-point ``offset``
+    of ``text``: ``(exit code, stdout, stderr)``. The same in this process and in the daemon
+    (:mod:`fsm_complete.daemon`), so both print the same thing."""
+    from engine.api import CompletionRequest
+    from engine.errors import ModelError
+
     try:
-        engine.load()
         req = CompletionRequest(prefix=text[:offset], suffix=text[offset:], constraints=not args.no_constraints,
                                 multiline=args.multiline, max_tokens=args.max_tokens, temperature=args.temperature,
-                                seed=args.seed, path=None if file in ("-", STDIN) else str(Path(file).resolve()))
+                                seed=args.seed, path=path)
         result = engine.complete(req)
     except ModelError as exc:
-        print(f"fsm-complete: {exc}", file=sys.stderr)
-        return 1, None, 0, None, None
+        return 1, "", f"fsm-complete: {exc}\n"
     finally:
         engine.save_tables()
-    return 0, text, offset, result, engine
+    if args.command == "explain":
+        from engine.explain import explanation, to_markdown
 
-
-def cmd_explain(args) -> int:
-    from engine.explain import explanation, to_markdown
-
-    code, _text, _offset, result, engine = _complete_at(args)
-    if code:
-        return code
-    record = explanation(result, engine.index.size, engine.model_name, engine.model_info)
-    print(json.dumps(record, indent=2, ensure_ascii=False) if args.json else to_markdown(record))
-    return 0
+        record = explanation(result, engine.index.size, engine.model_name, engine.model_info)
+        return 0, (json.dumps(record, indent=2, ensure_ascii=False) if args.json else to_markdown(record)) + "\n", ""
+    if not args.json:
+        return 0, result.text + ("\n" if not result.text.endswith("\n") else ""), ""
+    start_line, start_col = position_of(text, offset)
+    end_line, end_col = position_of(text, offset + result.replace_suffix)
+    item = {
+        "text": result.text,
+        "range": {"start": {"line": start_line, "column": start_col}, "end": {"line": end_line, "column": end_col}},
+        "constrained": not args.no_constraints,
+        "multiline": result.multiline,
+        "stop_reason": result.stop_reason,
+        "validation": result.validation,
+        "confidence": result.confidence,
+        "withheld": result.withheld,
+        "tokens": result.tokens,
+        "prompt_tokens": result.prompt_tokens,
+        "reused_tokens": result.reused_tokens,
+        "fuses": result.fuses,
+        "timings_ms": result.timings_ms,
+        "speculative": result.speculative,
+        "model": engine.model_name,
+        "model_info": engine.model_info.as_dict(),
+        "trace": [step.as_dict() for step in result.trace],
+    }
+    return 0, json.dumps(item, indent=2, ensure_ascii=False) + "\n", ""
 
 
 def cmd_complete(args) -> int:
-    code, text, offset, result, engine = _complete_at(args)
+    """``complete`` and ``explain``: through the daemon when one runs with these settings
+    (:mod:`fsm_complete.daemon`), else in this process."""
+    code, text, offset, path = read_location(args)
     if code:
         return code
-    if args.json:
-        start_line, start_col = position_of(text, offset)
-        end_line, end_col = position_of(text, offset + result.replace_suffix)
-        item = {
-            "text": result.text,
-            "range": {"start": {"line": start_line, "column": start_col}, "end": {"line": end_line, "column": end_col}},
-            "constrained": not args.no_constraints,
-            "multiline": result.multiline,
-            "stop_reason": result.stop_reason,
-            "validation": result.validation,
-            "confidence": result.confidence,
-            "withheld": result.withheld,
-            "tokens": result.tokens,
-            "prompt_tokens": result.prompt_tokens,
-            "reused_tokens": result.reused_tokens,
-            "fuses": result.fuses,
-            "timings_ms": result.timings_ms,
-            "speculative": result.speculative,
-            "model": engine.model_name,
-            "model_info": engine.model_info.as_dict(),
-            "trace": [step.as_dict() for step in result.trace],
-        }
-        print(json.dumps(item, indent=2, ensure_ascii=False))
-    else:
-        sys.stdout.write(result.text + ("\n" if not result.text.endswith("\n") else ""))
-    return 0
+    settings = command_settings(args)
+    reply = None
+    if not args.no_daemon:
+        from . import daemon
+
+        reply = daemon.ask(args, settings, text, offset, path)
+    if reply is None:
+        from engine.complete import Engine
+        from engine.errors import ModelError
+
+        engine = Engine(settings)
+        try:
+            engine.load()
+        except ModelError as exc:
+            print(f"fsm-complete: {exc}", file=sys.stderr)
+            return 1
+        reply = answer(engine, args, text, offset, path)
+    code, out, err = reply
+    sys.stderr.write(err)
+    sys.stdout.write(out)
+    return code
+
+
+def cmd_daemon(args) -> int:
+    from . import daemon
+
+    return daemon.command(args)
 
 
 def cmd_serve(args) -> int:
@@ -346,6 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     ml = sp.add_mutually_exclusive_group()
     ml.add_argument("--multiline", dest="multiline", action="store_true", default=None)
     ml.add_argument("--single-line", dest="multiline", action="store_false")
+    sp.add_argument("--no-daemon", dest="no_daemon", action="store_true",
+                    help="answer in this process even when `fsm-complete daemon` runs")
     model_opts(sp)
     sp.set_defaults(func=cmd_complete)
 
@@ -353,8 +386,18 @@ def build_parser() -> argparse.ArgumentParser:
                                         "argument slots, masks per step, fuses, verdict")
     sp.add_argument("location", metavar="FILE:LINE:COL")
     sp.add_argument("--json", action="store_true", help="the record as JSON instead of Markdown")
+    sp.add_argument("--no-daemon", dest="no_daemon", action="store_true",
+                    help="answer in this process even when `fsm-complete daemon` runs")
     model_opts(sp)
-    sp.set_defaults(func=cmd_explain, no_constraints=False, multiline=None, max_tokens=None, temperature=None, seed=0)
+    sp.set_defaults(func=cmd_complete, no_constraints=False, multiline=None, max_tokens=None, temperature=None, seed=0)
+
+    sp = sub.add_parser("daemon", help="keep the model loaded in a resident process that `complete` and `explain` "
+                                       "answer through (start, stop, status; run: in the foreground)")
+    sp.add_argument("action", choices=["start", "stop", "status", "run"])
+    sp.add_argument("--idle-minutes", dest="idle_minutes", type=float, default=60.0,
+                    help="start/run: exit after this many minutes without a request (default 60; 0: never)")
+    model_opts(sp)
+    sp.set_defaults(func=cmd_daemon)
 
     add_fingerprint_stats_parser(sub)
 

@@ -1,0 +1,376 @@
+"""``fsm-complete daemon``: the model kept loaded in a resident process, so that ``fsm-complete
+complete`` and ``explain`` answer without importing torch and loading the model each time (as
+mypy's ``dmypy`` keeps its state).
+
+- ``daemon start`` runs ``daemon run`` in the background (its log: ``daemon.log`` beside the
+  socket) and returns once the model is loaded and the socket answers; ``daemon stop`` ends it;
+  ``daemon status`` says what it runs (exit code 1 when none runs).
+- While one runs, ``complete`` and ``explain`` read the file themselves, send its text and the
+  cursor over a Unix socket (:func:`socket_path`: mode 0600 in a 0700 directory) and print the
+  answer, the same text this process would print. ``--no-daemon`` answers in the calling process.
+  A daemon started with other model options, or running older code than the command (a ``pip
+  install`` or an edit since it started), refuses; the command says why on stderr and answers in
+  its own process. A socket nobody listens on (a daemon killed) is passed over silently.
+- It answers one request at a time (the engine is not re-entrant), keeps the engine's caches
+  (KV prefix, lexer states, jedi) between requests on the same file, and exits after
+  ``--idle-minutes`` without a request (default 60; 0: never), removing its socket.
+
+The protocol, one request per connection: the client writes a JSON object (UTF-8) and closes its
+writing side; the daemon answers with one JSON object and closes. Requests: ``{"op": "complete",
+"stamp", "settings", "args", "text", "offset", "path"}`` (``offset`` in code points, 0-based),
+``{"op": "status"}``, ``{"op": "stop"}``. Answers: ``{"rc", "stdout", "stderr"}``, ``{"refused":
+reason}`` or ``{"error": message}`` for a malformed request; the daemon never dies on one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("fsm_complete.daemon")
+
+SOCKET_ENV = "FSM_COMPLETE_SOCKET"  # the socket's path, overriding :func:`socket_path`'s choice
+MAX_REQUEST_BYTES = 256 * 2**20
+CONNECT_TIMEOUT_S = 2.0
+ANSWER_TIMEOUT_S = 600.0  # a request may wait behind another one
+START_TIMEOUT_S = 300.0
+_ARGS = ("command", "json", "no_constraints", "multiline", "max_tokens", "temperature", "seed")
+# the options ``daemon start`` hands on to ``daemon run``: argparse dest -> flag
+_RUN_FLAGS = {"model": "--model", "device": "--device", "dtype": "--dtype", "decoder": "--decoder",
+              "fim_template": "--fim-template", "vllm_url": "--vllm-url",
+              "required_arguments": "--required-arguments", "idle_minutes": "--idle-minutes"}
+
+
+def socket_path() -> Path:
+    """``$FSM_COMPLETE_SOCKET``, else ``daemon.sock`` in ``$XDG_RUNTIME_DIR/fsm-complete``, else in
+    the cache directory (:func:`engine.settings.default_cache_dir`); a path too long for a Unix
+    socket (over 100 bytes) moves to ``fsm-complete-UID`` in the temporary directory."""
+    env = os.environ.get(SOCKET_ENV)
+    if env:
+        return Path(env)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        path = Path(runtime) / "fsm-complete" / "daemon.sock"
+    else:
+        from engine.settings import default_cache_dir
+
+        path = default_cache_dir() / "daemon.sock"
+    if len(os.fsencode(path)) > 100:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        path = Path(tempfile.gettempdir()) / f"fsm-complete-{uid}" / "daemon.sock"
+    return path
+
+
+def code_stamp() -> str:
+    """A digest of the installed code (the paths, sizes and modification times of the ``engine`` and
+    ``fsm_complete`` packages' Python files): a daemon refuses a command whose stamp differs."""
+    import engine
+
+    digest = hashlib.sha1()
+    for root in (Path(engine.__file__).parent, Path(__file__).parent):
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    st = os.stat(os.path.join(dirpath, name))
+                    digest.update(f"{dirpath}/{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def settings_key(settings) -> dict:
+    """The settings as the wire dict (:func:`engine.settings.to_wire`), a local model path made
+    absolute (the embedded model's too): what a command and a daemon must agree on."""
+    from engine.settings import to_wire
+
+    wire = to_wire(settings)
+    if not settings.model.path.startswith("ollama:"):
+        wire["model"]["path"] = str(settings.model_dir().resolve())
+    return json.loads(json.dumps(wire))  # as it arrives over the socket (tuples become lists)
+
+
+# -- the client side ----------------------------------------------------------------------------------
+
+
+def _call(message: dict, timeout: float = ANSWER_TIMEOUT_S) -> dict | None:
+    """Send ``message`` to the daemon and return its answer; None when no daemon listens."""
+    if not hasattr(socket, "AF_UNIX"):
+        return None
+    path = socket_path()
+    if not path.exists():
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(CONNECT_TIMEOUT_S)
+            sock.connect(str(path))
+            sock.settimeout(timeout)
+            sock.sendall(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+            sock.shutdown(socket.SHUT_WR)
+            data = _read_all(sock, MAX_REQUEST_BYTES)
+    except OSError as exc:  # a stale socket (refused), a daemon that went away mid-answer
+        log.debug("no daemon at %s: %s", path, exc)
+        return None
+    try:
+        answer = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {"error": f"unreadable answer from the daemon ({len(data)} bytes)"}
+    return answer if isinstance(answer, dict) else {"error": "unreadable answer from the daemon"}
+
+
+def ask(args, settings, text: str, offset: int, path: str | None) -> tuple[int, str, str] | None:
+    """``complete``/``explain`` through a running daemon: ``(exit code, stdout, stderr)``, or None
+    when none runs or it refused (the reason then goes to stderr) and the caller answers itself."""
+    if not socket_path().exists():
+        return None
+    answer = _call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings),
+                    "args": {name: getattr(args, name) for name in _ARGS},
+                    "text": text, "offset": offset, "path": path})
+    if answer is None:
+        return None
+    reason = answer.get("refused") or answer.get("error")
+    if reason is None and isinstance(answer.get("rc"), int) and isinstance(answer.get("stdout"), str) \
+            and isinstance(answer.get("stderr"), str):
+        return answer["rc"], answer["stdout"], answer["stderr"]
+    print(f"fsm-complete: the daemon did not answer ({reason or 'a malformed answer'}); answering in this process",
+          file=sys.stderr)
+    return None
+
+
+def command(args) -> int:
+    """``fsm-complete daemon start|stop|status|run``."""
+    if not hasattr(socket, "AF_UNIX"):
+        print("fsm-complete daemon: needs Unix sockets, which this platform lacks", file=sys.stderr)
+        return 2
+    if args.action == "run":
+        return run(args)
+    if args.action == "status":
+        status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
+        if status is None or "pid" not in status:
+            print(f"fsm-complete daemon: not running (socket {socket_path()})")
+            return 1
+        _print_status(status)
+        return 0
+    if args.action == "stop":
+        return _stop()
+    return _start(args)
+
+
+def _print_status(status: dict) -> None:
+    print(f"fsm-complete daemon: running, pid {status['pid']}")
+    for key in ("model", "socket", "log", "uptime_s", "requests", "idle_minutes", "stamp"):
+        print(f"  {key}: {status.get(key)}")
+
+
+def _stop() -> int:
+    status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
+    if status is None or "pid" not in status:
+        print(f"fsm-complete daemon: not running (socket {socket_path()})")
+        return 0
+    _call({"op": "stop"}, timeout=CONNECT_TIMEOUT_S * 5)
+    path = socket_path()
+    deadline = time.monotonic() + 10
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(f"fsm-complete daemon: stopped (pid {status['pid']})")
+    return 0
+
+
+def _start(args) -> int:
+    from .cli import command_settings
+
+    wanted = settings_key(command_settings(args))
+    status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
+    if status is not None and "pid" in status:
+        _print_status(status)
+        if status.get("settings") != wanted or status.get("stamp") != code_stamp():
+            print("fsm-complete daemon: it runs other settings or older code; `fsm-complete daemon stop` first",
+                  file=sys.stderr)
+            return 1
+        return 0
+    path = socket_path()
+    _private_dir(path.parent)
+    argv = [sys.executable, "-m", "fsm_complete"]
+    if getattr(args, "log_level", None):
+        argv += ["--log-level", args.log_level]
+    argv += ["daemon", "run"]
+    for dest, flag in _RUN_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            argv += [flag, str(value)]
+    log_path = path.parent / "daemon.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
+                                start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            print(f"fsm-complete daemon: it exited with code {proc.returncode} while starting; its log "
+                  f"({log_path}) ends:\n{_tail(log_path)}", file=sys.stderr)
+            return 1
+        status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
+        if status is not None and status.get("pid") == proc.pid:
+            _print_status(status)
+            return 0
+        time.sleep(0.1)
+    proc.terminate()
+    print(f"fsm-complete daemon: not ready after {START_TIMEOUT_S:.0f} s; stopped it (log: {log_path})",
+          file=sys.stderr)
+    return 1
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def _read_all(sock: socket.socket, limit: int) -> bytes:
+    chunks, size = [], 0
+    while True:
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"request over {limit} bytes")
+        chunks.append(chunk)
+
+
+# -- the daemon -----------------------------------------------------------------------------------------
+
+
+class Daemon:
+    """The resident side: a loaded :class:`engine.complete.Engine` and the listening socket.
+    :meth:`handle` answers one decoded request (never raises)."""
+
+    def __init__(self, engine, settings, path: Path, idle_minutes: float):
+        self.engine, self.path, self.idle_minutes = engine, path, idle_minutes
+        self.key, self.stamp = settings_key(settings), code_stamp()
+        self.started, self.requests, self.stopping = time.monotonic(), 0, False
+
+    def status(self) -> dict:
+        return {"pid": os.getpid(), "model": self.engine.model_name, "settings": self.key, "stamp": self.stamp,
+                "socket": str(self.path), "log": str(self.path.parent / "daemon.log"),
+                "uptime_s": round(time.monotonic() - self.started, 1), "requests": self.requests,
+                "idle_minutes": self.idle_minutes}
+
+    def handle(self, request) -> dict:
+        if not isinstance(request, dict):
+            return {"error": "a request is a JSON object"}
+        op = request.get("op")
+        if op == "status":
+            return self.status()
+        if op == "stop":
+            self.stopping = True
+            return {"rc": 0, "stdout": "", "stderr": ""}
+        if op != "complete":
+            return {"error": f"unknown op {op!r} (complete, status, stop)"}
+        if request.get("stamp") != self.stamp:
+            return {"refused": "it runs older code than this command (restart it: `fsm-complete daemon stop`, "
+                               "then `start`)"}
+        if request.get("settings") != self.key:
+            return {"refused": "it was started with other model options"}
+        text, offset, args = request.get("text"), request.get("offset"), request.get("args")
+        path = request.get("path")
+        if not isinstance(text, str) or not isinstance(offset, int) or not 0 <= offset <= len(text) \
+                or not isinstance(args, dict) or set(args) != set(_ARGS) or args["command"] not in ("complete", "explain") \
+                or not (path is None or isinstance(path, str)):
+            return {"error": "a complete request needs text (str), offset (0..len(text)), path (str or null) "
+                             f"and args {list(_ARGS)}"}
+        from .cli import answer
+
+        self.requests += 1
+        try:
+            code, out, err = answer(self.engine, argparse.Namespace(**args), text, offset, path)
+        except Exception as exc:  # one bad request must not end the daemon (logged with its traceback)
+            log.exception("request failed")
+            return {"rc": 1, "stdout": "", "stderr": f"fsm-complete daemon: the request failed: {exc!r}\n"}
+        return {"rc": code, "stdout": out, "stderr": err}
+
+    def serve(self, sock: socket.socket) -> None:
+        """Answer connections one by one until a stop request or :attr:`idle_minutes` without one."""
+        idle_s = self.idle_minutes * 60 if self.idle_minutes > 0 else None
+        last = time.monotonic()
+        while not self.stopping:
+            if idle_s is not None:
+                left = idle_s - (time.monotonic() - last)
+                if left <= 0:
+                    log.info("idle for %.0f minutes: exiting", self.idle_minutes)
+                    return
+                sock.settimeout(left)
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(30)
+                try:
+                    request = json.loads(_read_all(conn, MAX_REQUEST_BYTES).decode("utf-8"))
+                except (OSError, ValueError) as exc:
+                    request, answer = None, {"error": f"unreadable request: {exc}"}
+                else:
+                    answer = self.handle(request)
+                if isinstance(request, dict) and request.get("op") == "complete":
+                    last = time.monotonic()
+                try:
+                    conn.sendall(json.dumps(answer, ensure_ascii=False).encode("utf-8"))
+                except OSError as exc:  # the client went away
+                    log.info("could not answer: %s", exc)
+
+
+def run(args) -> int:
+    """``daemon run``: load the engine, listen on :func:`socket_path` and serve in the foreground."""
+    from engine.complete import Engine
+    from engine.errors import ModelError
+
+    from .cli import command_settings
+
+    settings = command_settings(args)
+    path = socket_path()
+    _private_dir(path.parent)
+    if path.exists():
+        if _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5) is not None:
+            print(f"fsm-complete daemon: one already runs at {path}", file=sys.stderr)
+            return 1
+        path.unlink()  # left by a daemon that was killed
+    engine = Engine(settings)
+    try:
+        engine.load()
+    except ModelError as exc:
+        print(f"fsm-complete daemon: {exc}", file=sys.stderr)
+        return 1
+    daemon = Daemon(engine, settings, path, args.idle_minutes)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_mask)
+    inode = path.stat().st_ino
+    try:
+        sock.listen(16)
+        log.info("pid %d serving %s on %s", os.getpid(), engine.model_name, path)
+        daemon.serve(sock)
+    finally:
+        sock.close()
+        try:
+            if path.stat().st_ino == inode:
+                path.unlink()
+        except OSError:
+            pass
+    return 0
