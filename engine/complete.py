@@ -193,7 +193,7 @@ class Engine(DecodeLoop):
                 self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
             prompt = self.builder.build(prefix, suffix)
             _, reused = self.kv.prefill(prompt.ids, chunk=self.WARM_UP_CHUNK, stop=stop)
-            return len(self.kv.ids) - reused
+            prefilled = len(self.kv.ids) - reused
         except Exception:  # a warm-up must never take the server down
             log.debug("warm-up failed", exc_info=True)
             if self.kv is not None:
@@ -201,6 +201,18 @@ class Engine(DecodeLoop):
             return 0
         finally:
             self._lock.release()
+        self._resolve_deferred(lambda: (stop is not None and stop.is_set()) or self._wanted.is_set()
+                               or self._lock.locked())
+        return prefilled
+
+    def _resolve_deferred(self, should_stop) -> None:
+        """The jedi queries the decode loop missed or a document's warm-up queued
+        (:func:`engine.resolve.jedi_client.resolve_deferred`), while ``should_stop()`` is False (a
+        request that arrives meanwhile waits for one query at most)."""
+        if self.settings.constraints.enabled and self.settings.constraints.semantic:
+            from .resolve.jedi_client import resolve_deferred
+
+            resolve_deferred(should_stop)
 
     WARM_LEX_CHARS = 8192  # warm_document lexes this much (to a line end) between looks for a waiting request
 
@@ -209,7 +221,9 @@ class Engine(DecodeLoop):
         start, so a request anywhere in it later lexes only from the last line start), parse its
         fingerprint facts and scan its scopes (:func:`engine.fingerprint.warm_facts`,
         :func:`engine.monitors.name_table.warm_scopes`) and have jedi parse it
-        (:func:`engine.resolve.jedi_client.warm_parse`), before the first request.
+        (:func:`engine.resolve.jedi_client.warm_parse`), before the first request; last, jedi
+        resolves the signatures of the callees it calls (:func:`engine.signatures.prefetch_callees`),
+        which the decode loop reads from the cache when a completion opens one of those calls.
         The lexing is skipped while the engine is busy and goes in chunks of about
         :attr:`WARM_LEX_CHARS` code points, stopping when a request waits for the engine (the
         request lexes the rest of its prefix itself, no more than it would have). The facts and
@@ -234,10 +248,14 @@ class Engine(DecodeLoop):
                 log.debug("lexing warm-up failed", exc_info=True)
             finally:
                 self._lock.release()
-        if self.settings.constraints.enabled and self.settings.constraints.semantic and path:
-            from .resolve.jedi_client import warm_parse
+        if self.settings.constraints.enabled and self.settings.constraints.semantic:
+            from .signatures import prefetch_callees
 
-            warm_parse(text, path)
+            prefetch_callees(text, path)  # queued; resolved last, while no request came
+            if path:
+                from .resolve.jedi_client import warm_parse
+
+                warm_parse(text, path)
         # last, and only while no request came since the document opened (a request reads them
         # itself, and a warm-up beside it only shares the CPU with it): the facts' tree-sitter
         # parse and the scope scan, which a first request would otherwise do over the whole text
@@ -254,6 +272,7 @@ class Engine(DecodeLoop):
                 log.debug("facts or scopes warm-up failed", exc_info=True)
             finally:
                 self._lock.release()
+            self._resolve_deferred(lambda: self._requests != asked or self._wanted.is_set() or self._lock.locked())
 
     @property
     def tables_unsaved(self) -> bool:

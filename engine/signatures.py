@@ -26,7 +26,9 @@ and the import statements that bind it, or, for callees defined in the document,
 around the call, so a repeated request costs a rescan of the cursor's line, a regex pass for
 import lines and dictionary lookups (~1-2 ms on a 1000-line file). :func:`warm_up` pays the first
 call ahead of time; ``budget_ms=`` bounds the wait for jedi (a late answer is memoised in the
-background and the request proceeds with the policy rules only).
+background and the request proceeds with the policy rules only). A call the completion itself opens
+is resolved from the cache only (no decode step waits for jedi); :func:`prefetch_callees` queues a
+document's callees for the engine's warm-ups, which run jedi while the editor is idle.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import asdict, dataclass, replace
 
 from . import lexing
 from .lexing import enclosing_call  # re-exported: the call at the cursor
+from .lexing.vocabulary import NOT_CALLEES
 from .required_arguments import (  # noqa: F401 - re-exported: the table's home is required_arguments
     SHORT_FORM_SAFE_VALUE,
     PolicyTable,
@@ -135,10 +138,10 @@ _FIELDS_OPTIONAL = frozenset({"ast", "_ast"})  # AST node classes: every field m
 
 
 def _spec(source: str, callee: str, paren: int, path: str | None, policies: PolicyTable | None,
-          budget_ms: float | None, document: bool = True) -> CallSpec:
+          budget_ms: float | None, cached_only: bool = False) -> CallSpec:
     imports = import_map(source)
     qualname = qualify(callee, imports)
-    resolved = jedi_request("(", source, callee, paren, path, imports, jedi_signatures, budget_ms, document)
+    resolved = jedi_request("(", source, callee, paren, path, imports, jedi_signatures, budget_ms, cached_only)
     table = policies if policies is not None else _default_policies()
     aliases = imports.aliases()
     rules = table.required_for(qualname, aliases)
@@ -187,13 +190,13 @@ def resolve_call(source: str, offset: int, path: str | None = None, policies: Po
 
 
 def resolve_callee(source: str, paren_offset: int, path: str | None = None, policies: PolicyTable | None = None,
-                   *, budget_ms: float | None = None, document: bool = True) -> CallSpec | None:
+                   *, budget_ms: float | None = None, cached_only: bool = False) -> CallSpec | None:
     """Like :func:`resolve_call` for a call the completion itself opens: ``source`` is the document
     prefix plus the completion so far, ending right after the ``(`` at ``paren_offset``. None when
-    that ``(`` is not a call (``def f(``, a tuple, inside a string or comment). ``document=False``
-    (the decode loop): a callee that only the whole document can resolve (a local function,
-    ``self.method``) is resolved from the cache or left unresolved (policy rules only), so that no
-    decode step waits for jedi to parse the file. Never raises."""
+    that ``(`` is not a call (``def f(``, a tuple, inside a string or comment). ``cached_only``
+    (the decode loop): jedi's answer comes from the cache or the callee is left unresolved (policy
+    rules only), so that no decode step waits for jedi; a missed callee rooted in an import or a
+    builtin is queued for the next idle moment (:func:`prefetch_callees`). Never raises."""
     try:
         if not 0 <= paren_offset < len(source) or source[paren_offset] != "(":
             return None
@@ -203,10 +206,58 @@ def resolve_callee(source: str, paren_offset: int, path: str | None = None, poli
         callee = lexing.callee_before(sc.text, paren_offset, sc)
         if callee is None:
             return None
-        return _spec(source, callee, paren_offset, path, policies, budget_ms, document)
+        return _spec(source, callee, paren_offset, path, policies, budget_ms, cached_only)
     except Exception:
         log.debug("resolve_callee failed", exc_info=True)
         return None
+
+
+def callee_resolver(path: str | None, policies: PolicyTable | None):
+    """``resolver(source, paren) -> CallSpec | None`` for the calls a completion opens
+    (:class:`engine.monitors.semantics.Semantics`): :func:`resolve_callee` from jedi's cache only,
+    memoised per callee text for one request."""
+    memo: dict = {}
+
+    def resolver(text: str, paren: int):
+        callee = text[max(0, paren - 120): paren]
+        if callee not in memo:  # no decode step waits for jedi
+            memo[callee] = resolve_callee(text, paren, path, policies, cached_only=True)
+        return memo[callee]
+
+    return resolver
+
+
+_CALL_SITE = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:[ \t]*\.[ \t]*[A-Za-z_]\w*)*)[ \t]*\(")
+
+
+def prefetch_callees(source: str, path: str | None = None, limit: int = 48) -> int:
+    """Queue jedi's signatures of the callees that ``source`` (a document) calls, rooted in an
+    import or a builtin, the most called first, at most ``limit`` (:func:`engine.resolve.jedi_client.
+    defer_signatures`): the calls a completion opens are mostly calls the document already makes,
+    and the decode loop only reads the cache (:func:`resolve_callee` with ``cached_only``). The
+    engine's warm-ups run the queue while the editor is idle. A regular expression finds the call
+    sites, comments and strings included: a callee named there costs an idle query, never a wrong
+    answer. Returns how many were queued. Never raises."""
+    from collections import Counter
+
+    from .resolve.jedi_client import defer_signatures
+
+    try:
+        imports = import_map(source)
+        counts, first = Counter(), {}
+        for m in _CALL_SITE.finditer(source):
+            callee = re.sub(r"[ \t]+", "", m.group(1))
+            if callee.split(".")[0] in NOT_CALLEES:
+                continue
+            counts[callee] += 1
+            first.setdefault(callee, m.end() - 1)
+        queued = 0
+        for callee, _ in reversed(counts.most_common(limit)):  # the queue runs newest first
+            queued += defer_signatures(source, callee, first[callee], path, imports)
+        return queued
+    except Exception:
+        log.debug("prefetch_callees failed", exc_info=True)
+        return 0
 
 
 def member_names(source: str, offset: int, path: str | None = None, *, budget_ms: float | None = None

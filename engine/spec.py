@@ -15,7 +15,7 @@ in-process decode loop (:class:`engine.complete.Engine`) and the vLLM logits pro
 The monitors travel as their state (a tagged JSON codec of the registered monitor and lexer
 classes, :func:`encode` / :func:`decode`), so the receiving side re-runs no jedi query for the
 cursor; only calls that the completion itself opens are resolved where the model runs (jedi over
-the prefix plus the completion so far, ``document=False``; see :class:`ResolverSpec`).
+the prefix plus the completion so far, from its cache only; see :class:`ResolverSpec`).
 """
 
 from __future__ import annotations
@@ -345,20 +345,11 @@ def healing_spec(plan, heal: str, *, stop_ids=(), stop_tokens=(), vocab_digest: 
 
 
 def make_resolver(spec: ResolverSpec):
-    """The callee resolver of :class:`engine.monitors.semantics.Semantics` for ``spec``: memoised
-    per callee text, jedi without parsing the whole document (``document=False``)."""
+    """The callee resolver of :class:`engine.monitors.semantics.Semantics` for ``spec``
+    (:func:`engine.signatures.callee_resolver`: jedi's cache only, memoised per callee text)."""
     from . import signatures
 
-    policies = spec.policies()
-    memo: dict = {}
-
-    def resolver(text: str, paren: int):
-        callee = text[max(0, paren - 120): paren]
-        if callee not in memo:  # no decode step waits for jedi to parse the whole document
-            memo[callee] = signatures.resolve_callee(text, paren, spec.path, policies, document=False)
-        return memo[callee]
-
-    return resolver
+    return signatures.callee_resolver(spec.path, spec.policies())
 
 
 def start_from_spec(spec: ConstraintSpec, index, memo, masks):

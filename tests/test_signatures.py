@@ -635,3 +635,38 @@ def test_a_large_document_is_resolved_from_its_skeleton():
     method = doc[: len(doc) - len("value = target(")] + "self.put("
     spec = resolve_call(method + ")\n", len(method))
     assert spec is not None and spec.keyword_names == {"item", "where"}
+
+
+# -- the decode loop reads jedi's cache only; misses and a document's callees resolve when idle -------
+
+
+def test_a_call_the_completion_opens_never_waits_for_jedi_and_is_resolved_when_idle(fresh_cache):
+    source = "import json\nx = json.dumps("
+    paren = len(source) - 1
+    spec = sig.resolve_callee(source, paren, cached_only=True)
+    assert spec is not None and spec.params is None  # unresolved for now: policy rules only
+    assert jedi_client.deferred() == 1
+    assert jedi_client.resolve_deferred(lambda: False) == 1 and jedi_client.deferred() == 0
+    spec = sig.resolve_callee(source, paren, cached_only=True)
+    assert "indent" in {p.name for p in spec.params}  # from the cache now
+
+
+def test_a_callee_only_the_document_resolves_is_not_queued(fresh_cache):
+    source = "def helper(a, b):\n    return a\n\nhelper("
+    assert sig.resolve_callee(source, len(source) - 1, cached_only=True).params is None
+    assert jedi_client.deferred() == 0  # jedi would parse the whole document: never from the queue
+
+
+def test_a_document_queues_the_callees_it_calls_and_the_queue_yields(fresh_cache):
+    text = ("import json\nimport os.path\n\n\ndef f(p):\n    data = json.dumps(p) + json.dumps(p)\n"
+            "    return os.path.join(data, 'x'), len ( data ), f(p)  # sorted(\n")
+    assert sig.prefetch_callees(text) == 4  # json.dumps, os.path.join, len, sorted (a comment costs a query only)
+    assert jedi_client.deferred() == 4  # not f: a local function needs the document
+    calls = []
+    assert jedi_client.resolve_deferred(lambda: len(calls.append(1) or calls) > 2) == 2  # asked before each query
+    assert jedi_client.deferred() == 2
+    jedi_client.resolve_deferred(lambda: False)
+    completion = text + "out = json.dumps("
+    spec = sig.resolve_callee(completion, len(completion) - 1, cached_only=True)
+    assert spec.params is not None and spec.qualname == "json.dumps"
+    assert sig.prefetch_callees(text) == 0  # answered already

@@ -44,3 +44,18 @@ def test_lexing_on_open_yields_to_a_waiting_request(engine):
         engine._wanted.clear()
     engine.warm_document(text + "# b\n")
     assert engine.prefix_lexer._text == text + "# b\n"
+
+
+def test_the_callees_of_a_document_just_opened_are_resolved_for_the_decode_loop(engine):
+    """The decode loop reads jedi's cache only (no decode step waits for jedi): the warm-up on open
+    resolves the calls the document makes, which are most of those a completion opens."""
+    from engine import signatures
+    from engine.resolve import jedi_client
+
+    signatures.clear_cache()
+    text = "import textwrap\n\n\ndef f(s):\n    return textwrap.indent(s, '  ')\n"
+    engine.warm_document(text)
+    assert jedi_client.deferred() == 0
+    completion = text + "x = textwrap.indent("
+    spec = signatures.resolve_callee(completion, len(completion) - 1, cached_only=True)
+    assert spec is not None and [p.name for p in spec.params][:2] == ["text", "prefix"]

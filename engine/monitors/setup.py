@@ -69,15 +69,7 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
         sem.names = names_monitor(prefix, suffix, len(state.brackets), path=path)
     if expects_errors(prefix):
         return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline, healed)
-    memo: dict = {}
-
-    def resolver(text: str, paren: int):
-        callee = text[max(0, paren - 120): paren]
-        if callee not in memo:  # no decode step waits for jedi to parse the whole document
-            memo[callee] = signatures.resolve_callee(text, paren, path, policies, document=False)
-        return memo[callee]
-
-    sem.resolver = resolver
+    sem.resolver = signatures.callee_resolver(path, policies)
     call = signatures.enclosing_call(source, len(prefix))
     if call is not None:
         spec = signatures.resolve_call(source, len(prefix), path, policies)

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PARAM_KINDS = ("positional_only", "positional_or_keyword", "var_positional", "keyword_only", "var_keyword")
 CACHE_SIZE = 512  # memoised jedi answers (signatures and member names)
+DEFERRED_SIZE = 128  # snippet queries the decode loop missed or a document's warm-up found, waiting for an idle moment
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ _LOCK = threading.Lock()  # guards the caches (held briefly)
 _JEDI_LOCK = threading.Lock()  # jedi is not thread-safe: one query at a time
 _CACHE: OrderedDict[tuple, object] = OrderedDict()
 _PENDING: dict[tuple, Future] = {}  # queries still running after their budget ran out
+_DEFERRED: OrderedDict[tuple, tuple] = OrderedDict()  # key -> (run, query): for resolve_deferred
 _MISS = object()
 _SNIPPET_NAME = "__fsm_complete_snippet__.py"  # never written: only names the snippet's directory
 
@@ -74,10 +76,55 @@ def _cache_put(key: tuple, value) -> None:
 
 
 def clear_cache() -> None:
-    """Forget memoised jedi answers and import maps (e.g. after the environment changed)."""
+    """Forget memoised jedi answers, queued queries and import maps (e.g. after the environment changed)."""
     with _LOCK:
         _CACHE.clear()
+        _DEFERRED.clear()
     _imports.clear_cache()
+
+
+def _defer(key: tuple, run, query: tuple) -> None:
+    with _LOCK:
+        _DEFERRED[key] = (run, query)
+        _DEFERRED.move_to_end(key)
+        while len(_DEFERRED) > DEFERRED_SIZE:
+            _DEFERRED.popitem(last=False)  # the oldest: a document the user has left, most likely
+
+
+def defer_signatures(source: str, expression: str, paren: int, path: str | None, imports: ImportMap) -> bool:
+    """Queue the signature query about the call of ``expression`` whose ``(`` is at ``paren`` for
+    :func:`resolve_deferred` (a callee rooted in an import or a builtin only: the others need the
+    whole document); False when it is answered already or needs the document."""
+    key, query = _query("(", source, expression, paren, path, imports)
+    if key[1] != "snippet" or _cache_get(key) is not _MISS:
+        return False
+    _defer(key, jedi_signatures, query)
+    return True
+
+
+def deferred() -> int:
+    """Queries waiting for :func:`resolve_deferred`."""
+    with _LOCK:
+        return len(_DEFERRED)
+
+
+def resolve_deferred(should_stop) -> int:
+    """Run the queued jedi queries (the newest first) and memoise their answers, checking
+    ``should_stop()`` before each (a request is waiting: it then waits for one query at most, 5-300
+    ms). Returns how many ran. Never raises (a failed query counts as unresolved)."""
+    done = 0
+    while not should_stop():
+        with _LOCK:
+            if not _DEFERRED:
+                break
+            key, (run, query) = _DEFERRED.popitem(last=True)
+        if _cache_get(key) is _MISS:
+            try:
+                _cache_put(key, run(*query))
+            except Exception:  # the queries catch their own; nothing may escape a warm-up
+                log.debug("deferred jedi query failed", exc_info=True)
+            done += 1
+    return done
 
 
 @lru_cache(maxsize=1)
@@ -424,8 +471,23 @@ def _finish(key: tuple, run, query: tuple):
             _PENDING.pop(key, None)
 
 
+def _query(kind: str, source: str, expression: str, anchor: int, path: str | None, imports: ImportMap):
+    """``(cache key, jedi query arguments)`` for :func:`jedi_request` (see there)."""
+    parts = dotted_parts(expression)
+    directory = os.path.dirname(os.path.abspath(path)) if path else None
+    if parts and parts[0] in imports:
+        code = "\n".join(imports.statements.get(parts[0], ())) + "\n" + ".".join(parts) + kind
+        snippet_path = os.path.join(directory, _SNIPPET_NAME) if directory else None
+        return (kind, "snippet", code, directory), (code, len(code), snippet_path)
+    if parts and parts[0] in BUILTIN_NAMES and not imports.shadows(parts[0]):
+        code = ".".join(parts) + kind
+        return (kind, "snippet", code, None), (code, len(code), None)
+    key = (kind, "document", path, expression, _digest(source[:anchor]), _digest(source[_line_end(source, anchor):]))
+    return key, (source, anchor + 1, path)
+
+
 def jedi_request(kind: str, source: str, expression: str, anchor: int, path: str | None,
-                  imports: ImportMap, run, budget_ms: float | None, document: bool = True):
+                  imports: ImportMap, run, budget_ms: float | None, cached_only: bool = False):
     """Memoised jedi query about ``expression`` whose ``(`` or ``.`` is at ``anchor``.
 
     A dotted name rooted in an import (or a builtin) is asked about in a two-line snippet: the
@@ -436,27 +498,17 @@ def jedi_request(kind: str, source: str, expression: str, anchor: int, path: str
 
     ``budget_ms``: None waits for jedi. Otherwise an answer not ready in time counts as
     unresolved (None) for this call while jedi finishes on a background thread and memoises it
-    for the next one. ``document=False``: a query that needs the whole document is answered only
-    from the cache (None otherwise, nothing started): parsing a large file costs jedi 0.1-1 s."""
-    parts = dotted_parts(expression)
-    directory = os.path.dirname(os.path.abspath(path)) if path else None
-    if parts and parts[0] in imports:
-        code = "\n".join(imports.statements.get(parts[0], ())) + "\n" + ".".join(parts) + kind
-        snippet_path = os.path.join(directory, _SNIPPET_NAME) if directory else None
-        key = (kind, "snippet", code, directory)
-        query = (code, len(code), snippet_path)
-    elif parts and parts[0] in BUILTIN_NAMES and not imports.shadows(parts[0]):
-        code = ".".join(parts) + kind
-        key = (kind, "snippet", code, None)
-        query = (code, len(code), None)
-    else:
-        key = (kind, "document", path, expression, _digest(source[:anchor]),
-               _digest(source[_line_end(source, anchor):]))
-        query = (source, anchor + 1, path)
+    for the next one. ``cached_only`` (the decode loop): answered from the cache only, None
+    otherwise: no decode step waits for jedi (a snippet costs it 5-25 ms, 0.1-0.3 s the first time
+    a module's stub is read; a document 0.1-1 s). A snippet missed this way is queued for
+    :func:`resolve_deferred`, which the engine's warm-ups run while the editor is idle."""
+    key, query = _query(kind, source, expression, anchor, path, imports)
     cached = _cache_get(key)
     if cached is not _MISS:
         return cached
-    if not document and key[1] == "document":
+    if cached_only:
+        if key[1] == "snippet":
+            _defer(key, run, query)
         return None
     if budget_ms is None:
         result = run(*query)
