@@ -12,7 +12,8 @@ mypy's ``dmypy`` keeps its state).
   install`` or an edit since it started), refuses; the command says why on stderr and answers in
   its own process. A socket nobody listens on (a daemon killed) is passed over silently.
 - It answers one request at a time (the engine is not re-entrant), keeps the engine's caches
-  (KV prefix, lexer states, jedi) between requests on the same file, and exits after
+  (KV prefix, lexer states, jedi) between requests, warms the document it was asked about after
+  each answer (as the language server does on open), and exits after
   ``--idle-minutes`` without a request (default 60; 0: never), removing its socket.
 
 The protocol, one request per connection: the client writes a JSON object (UTF-8) and closes its
@@ -34,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -166,7 +168,7 @@ def command(args) -> int:
 
 def _print_status(status: dict) -> None:
     print(f"fsm-complete daemon: running, pid {status['pid']}")
-    for key in ("model", "socket", "log", "uptime_s", "requests", "idle_minutes", "stamp"):
+    for key in ("model", "socket", "log", "uptime_s", "requests", "warmed", "idle_minutes", "stamp"):
         print(f"  {key}: {status.get(key)}")
 
 
@@ -261,12 +263,13 @@ class Daemon:
         self.engine, self.path, self.idle_minutes = engine, path, idle_minutes
         self.key, self.stamp = settings_key(settings), code_stamp()
         self.started, self.requests, self.stopping = time.monotonic(), 0, False
+        self.warmed = 0  # documents warmed after their answer (Engine.warm_document, on a thread)
 
     def status(self) -> dict:
         return {"pid": os.getpid(), "model": self.engine.model_name, "settings": self.key, "stamp": self.stamp,
                 "socket": str(self.path), "log": str(self.path.parent / "daemon.log"),
                 "uptime_s": round(time.monotonic() - self.started, 1), "requests": self.requests,
-                "idle_minutes": self.idle_minutes}
+                "warmed": self.warmed, "idle_minutes": self.idle_minutes}
 
     def handle(self, request) -> dict:
         if not isinstance(request, dict):
@@ -299,7 +302,15 @@ class Daemon:
         except Exception as exc:  # one bad request must not end the daemon (logged with its traceback)
             log.exception("request failed")
             return {"rc": 1, "stdout": "", "stderr": f"fsm-complete daemon: the request failed: {exc!r}\n"}
+        threading.Thread(target=self._warm, args=(text, path), name="fsm-complete-daemon-warm", daemon=True).start()
         return {"rc": code, "stdout": out, "stderr": err}
+
+    def _warm(self, text: str, path: str | None) -> None:
+        """After an answer, while no request comes: the document's warm-up (lexer states, facts,
+        scopes, jedi's parse and the signatures of its callees; :meth:`engine.complete.Engine.warm_document`),
+        so that the next command on the same file finds them. A request that arrives stops it."""
+        self.engine.warm_document(text, path)
+        self.warmed += 1
 
     def serve(self, sock: socket.socket) -> None:
         """Answer connections one by one until a stop request or :attr:`idle_minutes` without one."""

@@ -123,7 +123,7 @@ class ConstrainedBatch:
         self.slots: dict[int, _Slot] = {}
         self.failures = 0  # rows that started in the error state (unreadable spec, other tokenizer)
         # batch updates seen (rows added with a spec, removed, moved one way, swapped; masked row-steps)
-        self.counts = {"added": 0, "removed": 0, "moved": 0, "swapped": 0, "masked": 0}
+        self.counts = {"added": 0, "removed": 0, "moved": 0, "swapped": 0, "masked": 0, "jedi_deferred": 0}
         BATCHES.append(self)
 
     def new_row(self, extra_args, logit_size: int):
@@ -193,6 +193,14 @@ class ConstrainedBatch:
         if batch_size is not None:
             for index in [i for i in self.slots if i >= batch_size]:
                 c["removed"] += self.slots.pop(index) is not None
+        if not self.slots and (removed or batch_size is not None):
+            # no constrained row left: one jedi query that a row's decode left to the cache
+            # (engine.signatures.callee_resolver) runs now, so that the next completion opening
+            # that call finds it resolved; a step waits for one query at most (5-300 ms)
+            from engine.resolve.jedi_client import resolve_deferred
+
+            asked = iter((False,))  # one query, then stop
+            c["jedi_deferred"] += resolve_deferred(lambda: next(asked, True))
 
     def catch_up(self) -> None:
         for slot in self.slots.values():

@@ -179,6 +179,25 @@ def test_batch_keeps_rows_through_removes_moves_and_swaps(batch_parts):
     assert batch.counts["added"] == 3 and batch.counts["swapped"] == 1 and batch.counts["moved"] == 1
 
 
+def test_an_emptied_batch_runs_one_jedi_query_the_decode_left_to_the_cache(batch_parts):
+    """On vLLM's side no warm-up runs: when the last constrained row leaves the batch, one query
+    that a row's decode only looked up in the cache (engine.signatures.callee_resolver) runs."""
+    from engine import signatures
+    from engine.resolve import jedi_client
+
+    cache, (a, _b, _c), width = batch_parts
+    signatures.clear_cache()
+    for text in ("import json\njson.dumps(", "import textwrap\ntextwrap.indent("):
+        signatures.resolve_callee(text, len(text) - 1, cached_only=True)
+    assert jedi_client.deferred() == 2
+    batch = ConstrainedBatch(cache)
+    batch.update([], [_added(a, 0, [])], [], width)
+    assert jedi_client.deferred() == 2  # rows are decoding: nothing runs beside them
+    batch.update([0], [], [], width)
+    assert batch.counts["jedi_deferred"] == 1 and jedi_client.deferred() == 1
+    signatures.clear_cache()
+
+
 def test_batch_masks_only_rows_with_a_spec_and_follows_their_tokens(local, batch_parts):
     cache, (a, _b, _c), width = batch_parts
     batch = ConstrainedBatch(cache)

@@ -74,6 +74,10 @@ def test_complete_through_the_daemon_prints_what_the_command_prints_alone(daemon
     explained = cli(env, "explain", DEMO)
     assert explained.returncode == 0 and "**Completion**" in explained.stdout
     assert requests_served(env) == before + 3  # the two completions and the explanation went through it
+    deadline = time.monotonic() + 60
+    while "warmed: 0" in cli(env, "daemon", "status").stdout and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "warmed: 0" not in cli(env, "daemon", "status").stdout  # the document was warmed after its answer
 
 
 def test_a_daemon_started_with_other_options_refuses_and_the_command_answers_itself(daemon):
