@@ -107,7 +107,8 @@ def read_location(args) -> tuple[int, str | None, int, str | None]:
         return 2, None, 0, None
     lines = len(_LINE_BREAK.split(text))  # the line after a final line break counts (the cursor may be there)
     if line > lines:
-        print(f"fsm-complete {args.command}: line {line} is past the end of {file} ({lines} lines)", file=sys.stderr)
+        print(f"fsm-complete {args.command}: line {line} is past the end of {file} "
+              f"({lines} line{'s' if lines != 1 else ''})", file=sys.stderr)
         return 2, None, 0, None
     return 0, text, offset_of(text, line, col), None if file in ("-", STDIN) else str(Path(file).resolve())
 

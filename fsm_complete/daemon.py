@@ -11,7 +11,9 @@ mypy's ``dmypy`` keeps its state).
   A daemon started with other model options, or running older code than the command (a ``pip
   install`` or an edit since it started), refuses; the command says why on stderr and answers in
   its own process. A socket nobody listens on (a daemon killed) is passed over silently.
-- It answers one request at a time (the engine is not re-entrant), keeps the engine's caches
+- Each connection is read and answered on its own thread (a silent client is cut off after
+  :data:`READ_TIMEOUT_S`; ``status`` answers at once); completions take the engine one at a time
+  (it is not re-entrant). It keeps the engine's caches
   (KV prefix, lexer states, jedi) between requests, warms the document it was asked about after
   each answer (as the language server does on open), and exits after
   ``--idle-minutes`` without a request (default 60; 0: never), removing its socket.
@@ -46,6 +48,7 @@ MAX_REQUEST_BYTES = 256 * 2**20
 CONNECT_TIMEOUT_S = 2.0
 ANSWER_TIMEOUT_S = 600.0  # a request may wait behind another one
 START_TIMEOUT_S = 300.0
+READ_TIMEOUT_S = 10.0  # a client must have sent its whole request within this time
 _ARGS = ("command", "json", "no_constraints", "multiline", "max_tokens", "temperature", "seed")
 # the options ``daemon start`` hands on to ``daemon run``: argparse dest -> flag
 _RUN_FLAGS = {"model": "--model", "device": "--device", "dtype": "--dtype", "decoder": "--decoder",
@@ -59,7 +62,7 @@ def socket_path() -> Path:
     socket (over 100 bytes) moves to ``fsm-complete-UID`` in the temporary directory."""
     env = os.environ.get(SOCKET_ENV)
     if env:
-        return Path(env)
+        return Path(env).expanduser().absolute()
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         path = Path(runtime) / "fsm-complete" / "daemon.sock"
@@ -152,6 +155,19 @@ def command(args) -> int:
     if not hasattr(socket, "AF_UNIX"):
         print("fsm-complete daemon: needs Unix sockets, which this platform lacks", file=sys.stderr)
         return 2
+    path = socket_path()
+    if len(os.fsencode(path)) > 100:
+        print(f"fsm-complete daemon: the socket path is too long for a Unix socket (over 100 bytes): {path}",
+              file=sys.stderr)
+        return 2
+    try:
+        return _command(args)
+    except OSError as exc:  # a socket directory that cannot be made or written
+        print(f"fsm-complete daemon: {exc}", file=sys.stderr)
+        return 1
+
+
+def _command(args) -> int:
     if args.action == "run":
         return run(args)
     if args.action == "status":
@@ -178,12 +194,19 @@ def _stop() -> int:
         print(f"fsm-complete daemon: not running (socket {socket_path()})")
         return 0
     _call({"op": "stop"}, timeout=CONNECT_TIMEOUT_S * 5)
-    path = socket_path()
     deadline = time.monotonic() + 10
-    while path.exists() and time.monotonic() < deadline:
+    while _alive(status["pid"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     print(f"fsm-complete daemon: stopped (pid {status['pid']})")
     return 0
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
 
 
 def _start(args) -> int:
@@ -208,15 +231,19 @@ def _start(args) -> int:
         value = getattr(args, dest, None)
         if value is not None:
             argv += [flag, str(value)]
-    log_path = path.parent / "daemon.log"
-    with open(log_path, "ab") as log_file:
+    log_file_path = log_path(path)
+    with open(log_file_path, "ab") as log_file:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file,
                                 start_new_session=True)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
+            if status is not None and "pid" in status:  # another start won the race
+                _print_status(status)
+                return 0 if status.get("settings") == wanted else 1
             print(f"fsm-complete daemon: it exited with code {proc.returncode} while starting; its log "
-                  f"({log_path}) ends:\n{_tail(log_path)}", file=sys.stderr)
+                  f"({log_file_path}) ends:\n{_tail(log_file_path, 8)}", file=sys.stderr)
             return 1
         status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
         if status is not None and status.get("pid") == proc.pid:
@@ -224,9 +251,14 @@ def _start(args) -> int:
             return 0
         time.sleep(0.1)
     proc.terminate()
-    print(f"fsm-complete daemon: not ready after {START_TIMEOUT_S:.0f} s; stopped it (log: {log_path})",
+    print(f"fsm-complete daemon: not ready after {START_TIMEOUT_S:.0f} s; stopped it (log: {log_file_path})",
           file=sys.stderr)
     return 1
+
+
+def log_path(sock: Path) -> Path:
+    """The daemon's log beside its socket: ``daemon.sock`` -> ``daemon.log``."""
+    return sock.with_suffix(".log")
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -240,9 +272,26 @@ def _private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
-def _read_all(sock: socket.socket, limit: int) -> bytes:
+def _differences(mine, theirs, path: str = "") -> list[tuple[str, object, object]]:
+    """``(dotted name, mine, theirs)`` for each setting that differs between two wire dicts."""
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return [] if mine == theirs else [(path or "settings", mine, theirs)]
+    out = []
+    for key in sorted(set(mine) | set(theirs)):
+        out += _differences(mine.get(key), theirs.get(key), f"{path}.{key}" if path else key)
+    return out
+
+
+def _read_all(sock: socket.socket, limit: int, deadline: float | None = None) -> bytes:
+    """Everything ``sock`` sends until it closes its side (at most ``limit`` bytes; ``deadline``:
+    a :func:`time.monotonic` time after which a client still sending is cut off, TimeoutError)."""
     chunks, size = [], 0
     while True:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took too long to arrive")
+            sock.settimeout(left)
         chunk = sock.recv(1 << 20)
         if not chunk:
             return b"".join(chunks)
@@ -263,11 +312,13 @@ class Daemon:
         self.engine, self.path, self.idle_minutes = engine, path, idle_minutes
         self.key, self.stamp = settings_key(settings), code_stamp()
         self.started, self.requests, self.stopping = time.monotonic(), 0, False
+        self.last = self.started  # when the last completion request ended (the idle clock)
+        self._engine = threading.Lock()  # one completion at a time: the engine is not re-entrant
         self.warmed = 0  # documents warmed after their answer (Engine.warm_document, on a thread)
 
     def status(self) -> dict:
         return {"pid": os.getpid(), "model": self.engine.model_name, "settings": self.key, "stamp": self.stamp,
-                "socket": str(self.path), "log": str(self.path.parent / "daemon.log"),
+                "socket": str(self.path), "log": str(log_path(self.path)),
                 "uptime_s": round(time.monotonic() - self.started, 1), "requests": self.requests,
                 "warmed": self.warmed, "idle_minutes": self.idle_minutes}
 
@@ -286,7 +337,9 @@ class Daemon:
             return {"refused": "it runs older code than this command (restart it: `fsm-complete daemon stop`, "
                                "then `start`)"}
         if request.get("settings") != self.key:
-            return {"refused": "it was started with other model options"}
+            differ = ", ".join(f"{name}: {mine!r}, asked {theirs!r}"
+                               for name, mine, theirs in _differences(self.key, request.get("settings")))
+            return {"refused": f"it was started with other model options ({differ or 'unreadable settings'})"}
         text, offset, args = request.get("text"), request.get("offset"), request.get("args")
         path = request.get("path")
         if not isinstance(text, str) or not isinstance(offset, int) or not 0 <= offset <= len(text) \
@@ -296,12 +349,15 @@ class Daemon:
                              f"and args {list(_ARGS)}"}
         from .cli import answer
 
-        self.requests += 1
-        try:
-            code, out, err = answer(self.engine, argparse.Namespace(**args), text, offset, path)
-        except Exception as exc:  # one bad request must not end the daemon (logged with its traceback)
-            log.exception("request failed")
-            return {"rc": 1, "stdout": "", "stderr": f"fsm-complete daemon: the request failed: {exc!r}\n"}
+        with self._engine:
+            self.requests += 1
+            try:
+                code, out, err = answer(self.engine, argparse.Namespace(**args), text, offset, path)
+            except Exception as exc:  # one bad request must not end the daemon (logged with its traceback)
+                log.exception("request failed")
+                return {"rc": 1, "stdout": "", "stderr": f"fsm-complete daemon: the request failed: {exc!r}\n"}
+            finally:
+                self.last = time.monotonic()
         threading.Thread(target=self._warm, args=(text, path), name="fsm-complete-daemon-warm", daemon=True).start()
         return {"rc": code, "stdout": out, "stderr": err}
 
@@ -313,38 +369,54 @@ class Daemon:
         self.warmed += 1
 
     def serve(self, sock: socket.socket) -> None:
-        """Answer connections one by one until a stop request or :attr:`idle_minutes` without one."""
+        """Accept connections until a stop request or :attr:`idle_minutes` without a completion
+        request. Each connection is read and answered on its own thread (a slow or silent client
+        holds only its own thread, at most :data:`READ_TIMEOUT_S`); completions take the engine
+        one at a time, ``status`` answers at once."""
         idle_s = self.idle_minutes * 60 if self.idle_minutes > 0 else None
-        last = time.monotonic()
+        sock.settimeout(0.25)
         while not self.stopping:
-            if idle_s is not None:
-                left = idle_s - (time.monotonic() - last)
-                if left <= 0:
-                    log.info("idle for %.0f minutes: exiting", self.idle_minutes)
-                    return
-                sock.settimeout(left)
+            if idle_s is not None and not self._engine.locked() and time.monotonic() - self.last > idle_s:
+                log.info("idle for %.0f minutes: exiting", self.idle_minutes)
+                return
             try:
                 conn, _ = sock.accept()
             except TimeoutError:
                 continue
-            with conn:
-                conn.settimeout(30)
-                try:
-                    request = json.loads(_read_all(conn, MAX_REQUEST_BYTES).decode("utf-8"))
-                except (OSError, ValueError) as exc:
-                    request, answer = None, {"error": f"unreadable request: {exc}"}
-                else:
-                    answer = self.handle(request)
-                if isinstance(request, dict) and request.get("op") == "complete":
-                    last = time.monotonic()
-                try:
-                    conn.sendall(json.dumps(answer, ensure_ascii=False).encode("utf-8"))
-                except OSError as exc:  # the client went away
-                    log.info("could not answer: %s", exc)
+            threading.Thread(target=self._connection, args=(conn,), name="fsm-complete-daemon-client",
+                             daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                data = _read_all(conn, MAX_REQUEST_BYTES, deadline=time.monotonic() + READ_TIMEOUT_S)
+                request = json.loads(data.decode("utf-8"))
+            except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+                answer = {"error": f"unreadable request: {type(exc).__name__}: {str(exc)[:200]}"}
+            else:
+                answer = self.handle(request)
+            try:
+                conn.sendall(json.dumps(answer, ensure_ascii=False).encode("utf-8"))
+            except OSError as exc:  # the client went away
+                log.info("could not answer: %s", exc)
+
+
+def _listening(path: Path) -> bool:
+    """Does a process accept connections on the socket ``path``? False for a socket file left by a
+    daemon that was killed (connection refused) or no file; other errors are raised."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+    return True
 
 
 def run(args) -> int:
-    """``daemon run``: load the engine, listen on :func:`socket_path` and serve in the foreground."""
+    """``daemon run``: load the engine, listen on :func:`socket_path` and serve in the foreground
+    (SIGTERM and SIGINT end it; the socket is removed). Exit code 1 when another daemon listens
+    there or the model does not load."""
     from engine.complete import Engine
     from engine.errors import ModelError
 
@@ -353,11 +425,9 @@ def run(args) -> int:
     settings = command_settings(args)
     path = socket_path()
     _private_dir(path.parent)
-    if path.exists():
-        if _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5) is not None:
-            print(f"fsm-complete daemon: one already runs at {path}", file=sys.stderr)
-            return 1
-        path.unlink()  # left by a daemon that was killed
+    if _listening(path):
+        print(f"fsm-complete daemon: one already runs at {path}", file=sys.stderr)
+        return 1
     engine = Engine(settings)
     try:
         engine.load()
@@ -369,7 +439,13 @@ def run(args) -> int:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_mask = os.umask(0o177)
     try:
+        if path.exists() and not _listening(path):
+            path.unlink()  # left by a daemon that was killed
         sock.bind(str(path))
+    except OSError as exc:  # another daemon bound it while this one loaded (two starts at once)
+        sock.close()
+        print(f"fsm-complete daemon: cannot listen on {path}: {exc}", file=sys.stderr)
+        return 1
     finally:
         os.umask(old_mask)
     inode = path.stat().st_ino
@@ -377,6 +453,8 @@ def run(args) -> int:
         sock.listen(16)
         log.info("pid %d serving %s on %s", os.getpid(), engine.model_name, path)
         daemon.serve(sock)
+    except KeyboardInterrupt:
+        log.info("interrupted")
     finally:
         sock.close()
         try:

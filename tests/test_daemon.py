@@ -105,10 +105,30 @@ def test_malformed_requests_are_answered_and_do_not_end_the_daemon(daemon):
     bad = {"op": "complete", "stamp": code_stamp(), "settings": settings_key(Settings()), "text": "x = ",
            "offset": 99, "path": None, "args": {"command": "complete"}}
     assert "error" in raw(sock, json.dumps(bad).encode())
+    assert "error" in raw(sock, b"[" * 100_000 + b"]" * 100_000)  # nested too deep for json: answered, not fatal
     status = raw(sock, json.dumps({"op": "status"}).encode())
     assert status["pid"] == pid
-    ok = cli(env, "complete", DEMO)
-    assert ok.returncode == 0 and ok.stdout.strip() and ok.stderr == ""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.connect(str(sock))
+        silent.sendall(b'{"op":')  # and never closes its side: it holds only its own connection
+        t0 = time.monotonic()
+        ok = cli(env, "complete", DEMO)
+        assert ok.returncode == 0 and ok.stdout.strip() and ok.stderr == ""
+        assert raw(sock, json.dumps({"op": "status"}).encode())["pid"] == pid
+        assert time.monotonic() - t0 < 8  # the silent client is cut off after 10 s: nobody waited for it
+
+
+def test_a_second_start_finds_the_daemon_running_and_a_bad_socket_path_is_one_line(daemon, tmp_path):
+    env, sock, pid = daemon
+    again = cli(env, "daemon", "start")
+    assert again.returncode == 0 and f"pid {pid}" in again.stdout
+    long = dict(env, FSM_COMPLETE_SOCKET=str(tmp_path / ("x" * 120) / "d.sock"))
+    too_long = cli(long, "daemon", "start")
+    assert too_long.returncode == 2 and "too long" in too_long.stderr and "Traceback" not in too_long.stderr
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    bad = cli(dict(env, FSM_COMPLETE_SOCKET=str(blocked / "d.sock")), "daemon", "start")
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
 
 
 def test_a_socket_nobody_listens_on_is_passed_over(tmp_path):
