@@ -121,6 +121,21 @@ def command_settings(args):
     return settings
 
 
+def load_engine(settings, who: str = "fsm-complete"):
+    """A loaded :class:`engine.complete.Engine` for ``settings``; None when the model does not load
+    (the reason printed to stderr after ``who``)."""
+    from engine.complete import Engine
+    from engine.errors import ModelError
+
+    engine = Engine(settings)
+    try:
+        engine.load()
+    except ModelError as exc:
+        print(f"{who}: {exc}", file=sys.stderr)
+        return None
+    return engine
+
+
 def answer(engine, args, text: str, offset: int, path: str | None) -> tuple[int, str, str]:
     """Run ``args.command`` (``complete`` or ``explain``) on a loaded engine at code-point ``offset``
     of ``text``: ``(exit code, stdout, stderr)``. The same in this process and in the daemon
@@ -181,14 +196,8 @@ def cmd_complete(args) -> int:
 
         reply = daemon.ask(args, settings, text, offset, path)
     if reply is None:
-        from engine.complete import Engine
-        from engine.errors import ModelError
-
-        engine = Engine(settings)
-        try:
-            engine.load()
-        except ModelError as exc:
-            print(f"fsm-complete: {exc}", file=sys.stderr)
+        engine = load_engine(settings)
+        if engine is None:
             return 1
         reply = answer(engine, args, text, offset, path)
     code, out, err = reply

@@ -417,10 +417,7 @@ def run(args) -> int:
     """``daemon run``: load the engine, listen on :func:`socket_path` and serve in the foreground
     (SIGTERM and SIGINT end it; the socket is removed). Exit code 1 when another daemon listens
     there or the model does not load."""
-    from engine.complete import Engine
-    from engine.errors import ModelError
-
-    from .cli import command_settings
+    from .cli import command_settings, load_engine
 
     settings = command_settings(args)
     path = socket_path()
@@ -428,11 +425,8 @@ def run(args) -> int:
     if _listening(path):
         print(f"fsm-complete daemon: one already runs at {path}", file=sys.stderr)
         return 1
-    engine = Engine(settings)
-    try:
-        engine.load()
-    except ModelError as exc:
-        print(f"fsm-complete daemon: {exc}", file=sys.stderr)
+    engine = load_engine(settings, "fsm-complete daemon")
+    if engine is None:
         return 1
     daemon = Daemon(engine, settings, path, args.idle_minutes)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
