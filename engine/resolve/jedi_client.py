@@ -3,8 +3,9 @@ imports or runs the analysed modules).
 
 :func:`jedi_request` memoises answers (LRU, :data:`CACHE_SIZE`) keyed by a two-line snippet (a
 callee rooted in an import or a builtin) or by the text around the anchor (anything else), and
-bounds the wait with ``budget_ms`` (a late answer is memoised by a background thread).
-:func:`jedi_signatures` and :func:`jedi_members` are the two queries. jedi failures count as
+bounds the wait with ``budget_ms`` (a late answer is memoised by a background thread). The decode
+loop asks with ``cached_only``: a miss is queued, and :func:`resolve_deferred` runs the queue when
+the engine is idle (its warm-ups). :func:`jedi_signatures` and :func:`jedi_members` are the two queries. jedi failures count as
 "unresolved" (None, logged at debug level); nothing here raises on broken input. Positions are
 0-based code-point offsets; jedi's own are (1-based line, 0-based column).
 """
