@@ -209,7 +209,7 @@ def cmd_complete(args) -> int:
 def cmd_daemon(args) -> int:
     from . import daemon
 
-    return daemon.command(args)
+    return daemon.command(args, command_settings(args), load_engine, answer)
 
 
 def cmd_serve(args) -> int:

@@ -150,8 +150,11 @@ def ask(args, settings, text: str, offset: int, path: str | None) -> tuple[int, 
     return None
 
 
-def command(args) -> int:
-    """``fsm-complete daemon start|stop|status|run``."""
+def command(args, settings, load_engine, answer) -> int:
+    """``fsm-complete daemon start|stop|status|run``. The command line hands in what the daemon
+    runs: ``settings`` (its engine settings), ``load_engine(settings, who) -> Engine | None`` and
+    ``answer(engine, args, text, offset, path) -> (exit code, stdout, stderr)``
+    (:mod:`fsm_complete.cli`: this module never imports the command line)."""
     if not hasattr(socket, "AF_UNIX"):
         print("fsm-complete daemon: needs Unix sockets, which this platform lacks", file=sys.stderr)
         return 2
@@ -161,15 +164,15 @@ def command(args) -> int:
               file=sys.stderr)
         return 2
     try:
-        return _command(args)
+        return _command(args, settings, load_engine, answer)
     except OSError as exc:  # a socket directory that cannot be made or written
         print(f"fsm-complete daemon: {exc}", file=sys.stderr)
         return 1
 
 
-def _command(args) -> int:
+def _command(args, settings, load_engine, answer) -> int:
     if args.action == "run":
-        return run(args)
+        return run(args, settings, load_engine, answer)
     if args.action == "status":
         status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
         if status is None or "pid" not in status:
@@ -179,7 +182,7 @@ def _command(args) -> int:
         return 0
     if args.action == "stop":
         return _stop()
-    return _start(args)
+    return _start(args, settings)
 
 
 def _print_status(status: dict) -> None:
@@ -209,10 +212,8 @@ def _alive(pid) -> bool:
     return True
 
 
-def _start(args) -> int:
-    from .cli import command_settings
-
-    wanted = settings_key(command_settings(args))
+def _start(args, settings) -> int:
+    wanted = settings_key(settings)
     status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
     if status is not None and "pid" in status:
         _print_status(status)
@@ -306,10 +307,10 @@ def _read_all(sock: socket.socket, limit: int, deadline: float | None = None) ->
 
 class Daemon:
     """The resident side: a loaded :class:`engine.complete.Engine` and the listening socket.
-    :meth:`handle` answers one decoded request (never raises)."""
+    :meth:`handle` answers one decoded request (never raises) with ``answer`` (see :func:`command`)."""
 
-    def __init__(self, engine, settings, path: Path, idle_minutes: float):
-        self.engine, self.path, self.idle_minutes = engine, path, idle_minutes
+    def __init__(self, engine, settings, path: Path, idle_minutes: float, answer):
+        self.engine, self.path, self.idle_minutes, self.answer = engine, path, idle_minutes, answer
         self.key, self.stamp = settings_key(settings), code_stamp()
         self.started, self.requests, self.stopping = time.monotonic(), 0, False
         self.last = self.started  # when the last completion request ended (the idle clock)
@@ -347,12 +348,10 @@ class Daemon:
                 or not (path is None or isinstance(path, str)):
             return {"error": "a complete request needs text (str), offset (0..len(text)), path (str or null) "
                              f"and args {list(_ARGS)}"}
-        from .cli import answer
-
         with self._engine:
             self.requests += 1
             try:
-                code, out, err = answer(self.engine, argparse.Namespace(**args), text, offset, path)
+                code, out, err = self.answer(self.engine, argparse.Namespace(**args), text, offset, path)
             except Exception as exc:  # one bad request must not end the daemon (logged with its traceback)
                 log.exception("request failed")
                 return {"rc": 1, "stdout": "", "stderr": f"fsm-complete daemon: the request failed: {exc!r}\n"}
@@ -413,13 +412,10 @@ def _listening(path: Path) -> bool:
     return True
 
 
-def run(args) -> int:
+def run(args, settings, load_engine, answer) -> int:
     """``daemon run``: load the engine, listen on :func:`socket_path` and serve in the foreground
     (SIGTERM and SIGINT end it; the socket is removed). Exit code 1 when another daemon listens
     there or the model does not load."""
-    from .cli import command_settings, load_engine
-
-    settings = command_settings(args)
     path = socket_path()
     _private_dir(path.parent)
     if _listening(path):
@@ -428,7 +424,7 @@ def run(args) -> int:
     engine = load_engine(settings, "fsm-complete daemon")
     if engine is None:
         return 1
-    daemon = Daemon(engine, settings, path, args.idle_minutes)
+    daemon = Daemon(engine, settings, path, args.idle_minutes, answer)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_mask = os.umask(0o177)
