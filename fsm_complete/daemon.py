@@ -8,7 +8,7 @@ mypy's ``dmypy`` keeps its state).
 - While one runs, ``complete`` and ``explain`` read the file themselves, send its text and the
   cursor over a Unix socket (:func:`socket_path`: mode 0600 in a 0700 directory) and print the
   answer, the same text this process would print. ``--no-daemon`` answers in the calling process.
-  A daemon started with other model options, or running older code than the command (a ``pip
+  A daemon started with other model options, or running other code than the command (a ``pip
   install`` or an edit since it started), refuses; the command says why on stderr and answers in
   its own process. A socket nobody listens on (a daemon killed) is passed over silently.
 - Each connection is read and answered on its own thread (a silent client is cut off after
@@ -218,13 +218,17 @@ def _start(args, settings) -> int:
     if status is not None and "pid" in status:
         _print_status(status)
         if status.get("settings") != wanted or status.get("stamp") != code_stamp():
-            print("fsm-complete daemon: it runs other settings or older code; `fsm-complete daemon stop` first",
+            print("fsm-complete daemon: it runs other settings or other code; `fsm-complete daemon stop` first",
                   file=sys.stderr)
             return 1
         return 0
     path = socket_path()
     _private_dir(path.parent)
-    argv = [sys.executable, "-m", "fsm_complete"]
+    # the daemon imports the very packages this command runs: ``python -m`` would put the working
+    # directory first (a checkout there would shadow an installed package, and the stamps differ)
+    root = str(Path(__file__).resolve().parent.parent)  # holds fsm_complete and engine
+    boot = "import sys; sys.path[0] = sys.argv.pop(1); from fsm_complete.cli import main; sys.exit(main())"
+    argv = [sys.executable, "-c", boot, root]
     if getattr(args, "log_level", None):
         argv += ["--log-level", args.log_level]
     argv += ["daemon", "run"]
@@ -335,8 +339,8 @@ class Daemon:
         if op != "complete":
             return {"error": f"unknown op {op!r} (complete, status, stop)"}
         if request.get("stamp") != self.stamp:
-            return {"refused": "it runs older code than this command (restart it: `fsm-complete daemon stop`, "
-                               "then `start`)"}
+            return {"refused": "it runs other code than this command (files changed since it started, or another "
+                               "install; restart it: `fsm-complete daemon stop`, then `start`)"}
         if request.get("settings") != self.key:
             differ = ", ".join(f"{name}: {mine!r}, asked {theirs!r}"
                                for name, mine, theirs in _differences(self.key, request.get("settings")))

@@ -98,7 +98,7 @@ def test_malformed_requests_are_answered_and_do_not_end_the_daemon(daemon):
     assert "error" in raw(sock, b"[1, 2]")
     assert "error" in raw(sock, b"\xff\xfe")
     assert "error" in raw(sock, json.dumps({"op": "launch"}).encode())
-    assert "older code" in raw(sock, json.dumps({"op": "complete", "stamp": "0"}).encode())["refused"]
+    assert "other code" in raw(sock, json.dumps({"op": "complete", "stamp": "0"}).encode())["refused"]
     from engine.settings import Settings
     from fsm_complete.daemon import code_stamp, settings_key
 
