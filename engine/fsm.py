@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 FSM_VERSION = 8  # bump when the automaton's behaviour or the cache format changes: invalidates disk caches
 
 
-
-
 class TokenIndex:
     """Compile-once tables over a vocabulary. Thread-safe; tables are built lazily per core state.
 

@@ -244,16 +244,14 @@ def prefetch_callees(source: str, path: str | None = None, limit: int = 48) -> i
 
     try:
         imports = import_map(source)
-        counts, first = Counter(), {}
+        counts = Counter()
         for m in _CALL_SITE.finditer(source):
             callee = re.sub(r"[ \t]+", "", m.group(1))
-            if callee.split(".")[0] in NOT_CALLEES:
-                continue
-            counts[callee] += 1
-            first.setdefault(callee, m.end() - 1)
+            if callee.split(".")[0] not in NOT_CALLEES:
+                counts[callee] += 1
         queued = 0
         for callee, _ in reversed(counts.most_common(limit)):  # the queue runs newest first
-            queued += defer_signatures(source, callee, first[callee], path, imports)
+            queued += defer_signatures(callee, path, imports)
         return queued
     except Exception:
         log.debug("prefetch_callees failed", exc_info=True)

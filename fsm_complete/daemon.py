@@ -174,8 +174,8 @@ def _command(args, settings, load_engine, answer) -> int:
     if args.action == "run":
         return run(args, settings, load_engine, answer)
     if args.action == "status":
-        status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
-        if status is None or "pid" not in status:
+        status = _status()
+        if status is None:
             print(f"fsm-complete daemon: not running (socket {socket_path()})")
             return 1
         _print_status(status)
@@ -185,6 +185,17 @@ def _command(args, settings, load_engine, answer) -> int:
     return _start(args, settings)
 
 
+def _status() -> dict | None:
+    """The running daemon's status (:meth:`Daemon.status`); None when none answers."""
+    status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
+    return status if status is not None and "pid" in status else None
+
+
+def _runs(status: dict, wanted: dict) -> bool:
+    """Does the daemon of ``status`` run the settings ``wanted`` (:func:`settings_key`) and this code?"""
+    return status.get("settings") == wanted and status.get("stamp") == code_stamp()
+
+
 def _print_status(status: dict) -> None:
     print(f"fsm-complete daemon: running, pid {status['pid']}")
     for key in ("model", "socket", "log", "uptime_s", "requests", "warmed", "idle_minutes", "stamp"):
@@ -192,8 +203,8 @@ def _print_status(status: dict) -> None:
 
 
 def _stop() -> int:
-    status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
-    if status is None or "pid" not in status:
+    status = _status()
+    if status is None:
         print(f"fsm-complete daemon: not running (socket {socket_path()})")
         return 0
     _call({"op": "stop"}, timeout=CONNECT_TIMEOUT_S * 5)
@@ -214,10 +225,10 @@ def _alive(pid) -> bool:
 
 def _start(args, settings) -> int:
     wanted = settings_key(settings)
-    status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
-    if status is not None and "pid" in status:
+    status = _status()
+    if status is not None:
         _print_status(status)
-        if status.get("settings") != wanted or status.get("stamp") != code_stamp():
+        if not _runs(status, wanted):
             print("fsm-complete daemon: it runs other settings or other code; `fsm-complete daemon stop` first",
                   file=sys.stderr)
             return 1
@@ -243,14 +254,14 @@ def _start(args, settings) -> int:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
-            if status is not None and "pid" in status:  # another start won the race
+            status = _status()
+            if status is not None:  # another start won the race
                 _print_status(status)
-                return 0 if status.get("settings") == wanted else 1
+                return 0 if _runs(status, wanted) else 1
             print(f"fsm-complete daemon: it exited with code {proc.returncode} while starting; its log "
                   f"({log_file_path}) ends:\n{_tail(log_file_path, 8)}", file=sys.stderr)
             return 1
-        status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
+        status = _status()
         if status is not None and status.get("pid") == proc.pid:
             _print_status(status)
             return 0

@@ -199,8 +199,7 @@ class ConstrainedBatch:
             # that call finds it resolved; a step waits for one query at most (5-300 ms)
             from engine.resolve.jedi_client import resolve_deferred
 
-            asked = iter((False,))  # one query, then stop
-            c["jedi_deferred"] += resolve_deferred(lambda: next(asked, True))
+            c["jedi_deferred"] += resolve_deferred(lambda: False, most=1)
 
     def catch_up(self) -> None:
         for slot in self.slots.values():

@@ -92,12 +92,15 @@ def _defer(key: tuple, run, query: tuple) -> None:
             _DEFERRED.popitem(last=False)  # the oldest: a document the user has left, most likely
 
 
-def defer_signatures(source: str, expression: str, paren: int, path: str | None, imports: ImportMap) -> bool:
-    """Queue the signature query about the call of ``expression`` whose ``(`` is at ``paren`` for
-    :func:`resolve_deferred` (a callee rooted in an import or a builtin only: the others need the
-    whole document); False when it is answered already or needs the document."""
-    key, query = _query("(", source, expression, paren, path, imports)
-    if key[1] != "snippet" or _cache_get(key) is not _MISS:
+def defer_signatures(expression: str, path: str | None, imports: ImportMap) -> bool:
+    """Queue the signature query about a call of ``expression`` for :func:`resolve_deferred` (a
+    callee rooted in an import or a builtin only: the others need the whole document); False when
+    it is answered already or needs the document."""
+    snippet = _snippet("(", expression, path, imports)
+    if snippet is None:
+        return False
+    key, query = snippet
+    if _cache_get(key) is not _MISS:
         return False
     _defer(key, jedi_signatures, query)
     return True
@@ -109,12 +112,12 @@ def deferred() -> int:
         return len(_DEFERRED)
 
 
-def resolve_deferred(should_stop) -> int:
-    """Run the queued jedi queries (the newest first) and memoise their answers, checking
-    ``should_stop()`` before each (a request is waiting: it then waits for one query at most, 5-300
-    ms). Returns how many ran. Never raises (a failed query counts as unresolved)."""
+def resolve_deferred(should_stop, most: int | None = None) -> int:
+    """Run the queued jedi queries (the newest first, at most ``most``; None: all) and memoise their
+    answers, checking ``should_stop()`` before each (a request is waiting: it then waits for one
+    query at most, 5-300 ms). Returns how many ran. Never raises (a failed query counts as unresolved)."""
     done = 0
-    while not should_stop():
+    while (most is None or done < most) and not should_stop():
         with _LOCK:
             if not _DEFERRED:
                 break
@@ -472,17 +475,26 @@ def _finish(key: tuple, run, query: tuple):
             _PENDING.pop(key, None)
 
 
-def _query(kind: str, source: str, expression: str, anchor: int, path: str | None, imports: ImportMap):
-    """``(cache key, jedi query arguments)`` for :func:`jedi_request` (see there)."""
+def _snippet(kind: str, expression: str, path: str | None, imports: ImportMap):
+    """``(cache key, jedi query arguments)`` of the two-line snippet that asks about ``expression``
+    (rooted in an import or a builtin); None when only the document can answer."""
     parts = dotted_parts(expression)
-    directory = os.path.dirname(os.path.abspath(path)) if path else None
     if parts and parts[0] in imports:
+        directory = os.path.dirname(os.path.abspath(path)) if path else None
         code = "\n".join(imports.statements.get(parts[0], ())) + "\n" + ".".join(parts) + kind
         snippet_path = os.path.join(directory, _SNIPPET_NAME) if directory else None
         return (kind, "snippet", code, directory), (code, len(code), snippet_path)
     if parts and parts[0] in BUILTIN_NAMES and not imports.shadows(parts[0]):
         code = ".".join(parts) + kind
         return (kind, "snippet", code, None), (code, len(code), None)
+    return None
+
+
+def _query(kind: str, source: str, expression: str, anchor: int, path: str | None, imports: ImportMap):
+    """``(cache key, jedi query arguments)`` for :func:`jedi_request` (see there)."""
+    snippet = _snippet(kind, expression, path, imports)
+    if snippet is not None:
+        return snippet
     key = (kind, "document", path, expression, _digest(source[:anchor]), _digest(source[_line_end(source, anchor):]))
     return key, (source, anchor + 1, path)
 
