@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 INITIAL_POSITIONS = 2048  # KV cache positions allocated at load (grown on demand up to the window)
+ROW_COPY_MAX_BYTES = 256 * 2**20  # CPU weights up to this size also keep the one-row layout (see LlamaDecoder.row_weights)
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3")
 ROPE_FACTORS = "rope_freqs.weight"  # GGUF (llama.cpp): per-frequency RoPE divisors ``[head_dim // 2]`` (Llama 3 bands)
 
@@ -258,6 +259,31 @@ class LlamaDecoder:
         self.length = 0  # cached positions (host int: no device sync to read it)
         self.low_end = 0  # the leading cached positions computed in the prefill dtype (whole aligned blocks)
         self.parameters = sum(int(t.numel()) for name, t in weights.items() if name != ROPE_FACTORS)
+        self._rows = self._row_weights()
+
+    # -- the one-row layout ------------------------------------------------------------------------
+
+    def _row_weights(self) -> tuple[list[tuple[torch.Tensor, ...]], torch.Tensor] | None:
+        """Transposed, contiguous copies of the projections (``[in, out]``: qkv, o, gate_up, down per
+        layer, and the output head) for single-token steps on the CPU, or None.
+
+        A decode step multiplies one row by each matrix. On this project's CPU (MKL, one thread) that
+        product reads a ``[in, out]`` matrix about twice as fast as the ``[out, in]`` layout
+        checkpoints store (``F.linear``): a step of the embedded model fell from about 2.4 to 1.4 ms
+        of matrix products, its output head from 1.1 to 0.6 ms when out of cache
+        (docs/benchmarks.md, session 17). For two or more rows (prefill, the verification of
+        drafts) the stored layout is the faster one, so both are kept: only for weights of at most
+        :data:`ROW_COPY_MAX_BYTES` (the copy doubles them) and only on the CPU (a GPU's kernels
+        take either layout)."""
+        if self.device.type != "cpu":
+            return None
+        mats = [self.lm_head] + [m for layer in self.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        if sum(m.numel() * m.element_size() for m in mats) > ROW_COPY_MAX_BYTES:
+            return None
+        def t(m: torch.Tensor) -> torch.Tensor:
+            return m.t().contiguous()
+
+        return [(t(x.qkv), t(x.o), t(x.gate_up), t(x.down)) for x in self.layers], t(self.lm_head)
 
     # -- prefill in another dtype ------------------------------------------------------------------
 
@@ -373,10 +399,12 @@ class LlamaDecoder:
             dtype, embed, layers, cos, ssin = self.dtype, self.embed, self.layers, self.cos, self.signed_sin
         cos, ssin = cos[start:end], ssin[start:end]  # [n, head_dim] (ssin: the signed sine, see rope)
         mask = self._mask(start, n)
+        rows = self._rows if n == 1 and not low else None
         x = F.embedding(ids, embed)  # [n, hidden]
         for i, layer in enumerate(layers):
+            row = rows[0][i] if rows else _NO_ROWS
             h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
-            qkv = F.linear(h, layer.qkv, layer.qkv_bias)  # [n, (nh + 2 nkv) * hd]
+            qkv = _project(h, layer.qkv, row[0], layer.qkv_bias)  # [n, (nh + 2 nkv) * hd]
             qk, v = qkv.view(n, nh + 2 * nkv, hd).transpose(0, 1).split((nh + nkv, nkv), dim=0)
             q, k = rope(qk, cos, ssin).split((nh, nkv), dim=0)  # [nh, n, hd], [nkv, n, hd]
             cache = self.kv[i]
@@ -388,14 +416,15 @@ class LlamaDecoder:
             att = F.scaled_dot_product_attention(q.unsqueeze(0), keys, values, attn_mask=mask,
                                                  enable_gqa=nh != nkv)  # [1, nh, n, hd]
             att = att[0].transpose(0, 1).reshape(n, nh * hd)
-            x = x + F.linear(att, layer.o, layer.o_bias)
+            x = x + _project(att, layer.o, row[1], layer.o_bias)
             h = rms_norm(x, layer.post_norm, cfg.rms_norm_eps)
-            gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
+            gate, up = _project(h, layer.gate_up, row[2], layer.gate_up_bias).chunk(2, dim=-1)
+            x = x + _project(F.silu(gate) * up, layer.down, row[3], layer.down_bias)
         self.length = end
         if last_only:
             x = x[-1:]
-        logits = F.linear(rms_norm(x.to(self.dtype), self.norm, cfg.rms_norm_eps), self.lm_head)  # [n or 1, vocab]
+        head_t = self._rows[1] if self._rows and x.shape[0] == 1 else None
+        logits = _project(rms_norm(x.to(self.dtype), self.norm, cfg.rms_norm_eps), self.lm_head, head_t)  # [n or 1, vocab]
         return logits[0] if last_only else logits
 
     def decode_step(self, ids: torch.Tensor) -> torch.Tensor:
@@ -445,6 +474,19 @@ class LlamaDecoder:
             gate, up = F.linear(h, layer.gate_up, layer.gate_up_bias).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.down, layer.down_bias)
         return F.linear(rms_norm(x, self.norm, cfg.rms_norm_eps), self.lm_head)[0]  # [vocab]
+
+
+_NO_ROWS = (None, None, None, None)
+
+
+def _project(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor | None,
+             bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias`` (``x`` ``[n, in]``, ``weight`` ``[out, in]``): through the transposed
+    copy ``weight_t`` ``[in, out]`` when there is one (one row, see
+    :meth:`LlamaDecoder._row_weights`), else ``F.linear``."""
+    if weight_t is None:
+        return F.linear(x, weight, bias)
+    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
 
 
 def expected_shapes(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:

@@ -185,6 +185,29 @@ def test_fixed_shape_decode_step_equals_the_eager_one(shipped):
             assert (got - want[i]).abs().max().item() < TOL
 
 
+def test_one_row_steps_use_the_transposed_copy_up_to_its_size_limit(tmp_path, monkeypatch):
+    """A small model on the CPU keeps ``[in, out]`` copies of its projections for decode steps; its
+    steps equal those through the stored layout, and a model over :data:`ROW_COPY_MAX_BYTES` keeps
+    no copy (it would double the weights)."""
+    import engine.llama
+
+    path = tiny_checkpoint(tmp_path / "llama-linear", "llama-linear")  # biases: the addmm branch
+    own = load_decoder(path, CPU, torch.float32)
+    layers, head = own._rows
+    assert len(layers) == own.cfg.num_layers and torch.equal(head, own.lm_head.t())
+    assert torch.equal(layers[0][2], own.layers[0].gate_up.t()) and layers[0][2].is_contiguous()
+    ids = random_ids(30, own.cfg.vocab_size, seed=8)
+    steps = {}
+    for name, rows in (("copy", own._rows), ("stored", None)):
+        own._rows = rows
+        own.truncate(0)
+        own.forward(torch.tensor(ids[:20]))
+        steps[name] = torch.stack([own.forward(torch.tensor([i])) for i in ids[20:]])
+    torch.testing.assert_close(steps["copy"], steps["stored"], atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(engine.llama, "ROW_COPY_MAX_BYTES", 1000)
+    assert load_decoder(path, CPU, torch.float32)._rows is None
+
+
 def test_the_kv_cache_grows_on_demand_and_keeps_what_it_holds(tmp_path, monkeypatch):
     import engine.llama
 
