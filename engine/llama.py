@@ -8,6 +8,8 @@ starts with torch, safetensors and tokenizers only.
 - fused projections: one ``qkv`` matrix per layer (``[(heads + 2 * kv_heads) * head_dim, hidden]``)
   and one ``gate_up`` matrix (``[2 * intermediate, hidden]``);
 - attention: ``F.scaled_dot_product_attention`` with grouped-query attention (``enable_gqa``);
+- on the CPU, small models keep a transposed copy of each projection for one-row decode steps
+  (:meth:`LlamaDecoder._row_weights`);
 - a static, preallocated KV cache (``[layers, 2, 1, kv_heads, allocated, head_dim]``) that holds the
   first :attr:`LlamaDecoder.length` positions; rolling back or reusing a prefix only moves that
   length (:meth:`LlamaDecoder.truncate`). It starts at :data:`INITIAL_POSITIONS` (or the model

@@ -288,6 +288,26 @@ def _private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
+def _resolved(key):
+    """The settings wire dict ``key`` with ``model.device`` and ``model.dtype`` as this machine resolves
+    them (:func:`engine.model.resolve_device`, :func:`engine.model.resolve_dtype`: ``auto`` is CUDA
+    and bfloat16 where CUDA is available, else the CPU and float32). The daemon compares a command's
+    settings so, on the command's own machine: ``--device cpu`` asks for what a daemon started with
+    ``auto`` runs on a machine without CUDA, and the command cannot tell without importing torch.
+    ``key`` unchanged when it is not a settings dict or names no device this machine has."""
+    model = key.get("model") if isinstance(key, dict) else None
+    if not isinstance(model, dict):
+        return key
+    from engine.model import resolve_device, resolve_dtype
+
+    try:
+        device = resolve_device(model.get("device"))
+        dtype = resolve_dtype(model.get("dtype"), device)
+    except (RuntimeError, AttributeError, TypeError):  # ModelError (a RuntimeError), a device torch cannot parse
+        return key
+    return {**key, "model": {**model, "device": str(device), "dtype": str(dtype).removeprefix("torch.")}}
+
+
 def _differences(mine, theirs, path: str = "") -> list[tuple[str, object, object]]:
     """``(dotted name, mine, theirs)`` for each setting that differs between two wire dicts."""
     if not isinstance(mine, dict) or not isinstance(theirs, dict):
@@ -327,6 +347,7 @@ class Daemon:
     def __init__(self, engine, settings, path: Path, idle_minutes: float, answer):
         self.engine, self.path, self.idle_minutes, self.answer = engine, path, idle_minutes, answer
         self.key, self.stamp = settings_key(settings), code_stamp()
+        self._resolved_key = _resolved(self.key)
         self.started, self.requests, self.stopping = time.monotonic(), 0, False
         self.last = self.started  # when the last completion request ended (the idle clock)
         self._engine = threading.Lock()  # one completion at a time: the engine is not re-entrant
@@ -352,9 +373,10 @@ class Daemon:
         if request.get("stamp") != self.stamp:
             return {"refused": "it runs other code than this command (files changed since it started, or another "
                                "install; restart it: `fsm-complete daemon stop`, then `start`)"}
-        if request.get("settings") != self.key:
+        asked = _resolved(request.get("settings"))
+        if asked != self._resolved_key:
             differ = ", ".join(f"{name}: {mine!r}, asked {theirs!r}"
-                               for name, mine, theirs in _differences(self.key, request.get("settings")))
+                               for name, mine, theirs in _differences(self._resolved_key, asked))
             return {"refused": f"it was started with other model options ({differ or 'unreadable settings'})"}
         text, offset, args = request.get("text"), request.get("offset"), request.get("args")
         path = request.get("path")

@@ -1,7 +1,8 @@
 """Per-token decode time of the model paths: transformers (``DynamicCache``) vs the own decoder
 (engine/llama.py), eager vs ``torch.compile``. A lab tool: nothing the editor runs imports it.
 
-``python3 -m lab.bench_decoder [--model DIR] [--context 320] [--steps 200] [--threads 1] [--compile]``
+``python3 -m lab.bench_decoder [--model DIR] [--context 320] [--steps 200] [--threads 1] [--compile]
+[--paths transformers,own,own-stored]``
 prints one JSON object: milliseconds per decode step (wall-clock median and p90, and the median CPU
 time of the calling thread, which a shared machine disturbs less, over ``--steps`` steps after a
 prompt of ``--context`` tokens), per path.
@@ -62,10 +63,13 @@ def bench_transformers(path: Path, prompt: list[int], steps: int) -> dict:
     return pre | _time_steps(step, 5, steps)
 
 
-def bench_own(path: Path, prompt: list[int], steps: int, compiled: bool = False) -> dict:
+def bench_own(path: Path, prompt: list[int], steps: int, compiled: bool = False, stored_layout: bool = False) -> dict:
+    """``stored_layout``: decode steps without the transposed one-row copy (``LlamaDecoder._row_weights``)."""
     from engine.llama import load_decoder
 
     dec = load_decoder(path, "cpu", torch.float32)
+    if stored_layout:
+        dec._rows = None
     out = {}
     if compiled:
         t0 = time.perf_counter()
@@ -93,7 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compile", action="store_true", help="also time the own decoder under torch.compile")
-    ap.add_argument("--paths", default="transformers,own", help="comma-separated: transformers, own")
+    ap.add_argument("--paths", default="transformers,own,own-stored",
+                    help="comma-separated: transformers, own, own-stored (the own decoder without its one-row layout)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)  # decode steps and prefill alike (KVCache's prefill_threads not used)
     path = Path(args.model)
@@ -104,6 +109,8 @@ def main(argv=None) -> int:
         report["transformers"] = bench_transformers(path, prompt, args.steps)
     if "own" in paths:
         report["own_eager"] = bench_own(path, prompt, args.steps)
+    if "own-stored" in paths:
+        report["own_eager_stored_layout"] = bench_own(path, prompt, args.steps, stored_layout=True)
     if args.compile:
         report["own_compiled"] = bench_own(path, prompt, args.steps, compiled=True)
     print(json.dumps(report, indent=2))

@@ -83,13 +83,27 @@ def test_complete_through_the_daemon_prints_what_the_command_prints_alone(daemon
 def test_a_daemon_started_with_other_options_refuses_and_the_command_answers_itself(daemon):
     env, _sock, _pid = daemon
     before = requests_served(env)
-    other = cli(env, "complete", "--device", "cpu", "--max-tokens", "8", DEMO)
+    other = cli(env, "complete", "--dtype", "bfloat16", "--max-tokens", "8", DEMO)
     assert other.returncode == 0 and other.stdout.strip()
     assert "other model options" in other.stderr and "answering in this process" in other.stderr
     assert requests_served(env) == before
+    assert "model.dtype" in other.stderr and "model.device" not in other.stderr  # only the option that differs
     # the same model named by its directory is the same model
     same = cli(env, "complete", "--model", "engine/data/default-model", DEMO)
     assert same.returncode == 0 and same.stderr == "" and requests_served(env) == before + 1
+
+
+def test_a_device_that_resolves_to_the_daemons_own_goes_through_it(daemon):
+    """The daemon started with ``--device auto`` (the default) resolves a command's device as the
+    command would on this machine: ``--device cpu`` without CUDA (``--device cuda`` with it) is the
+    same model, not other options."""
+    import torch
+
+    env, _sock, _pid = daemon
+    before = requests_served(env)
+    same = cli(env, "complete", "--device", "cuda" if torch.cuda.is_available() else "cpu", DEMO)
+    assert same.returncode == 0 and same.stdout.strip() and same.stderr == "", same.stderr
+    assert requests_served(env) == before + 1
 
 
 def test_malformed_requests_are_answered_and_do_not_end_the_daemon(daemon):
