@@ -385,19 +385,13 @@ class Engine(DecodeLoop):
 
         each attempt bans that token at that step, with the bans of the attempts before (greedy
         decoding repeats the tokens before it). A retry that comes out empty keeps the attempt before
-        it. After :attr:`EMPTY_IN_A_ROW` empty attempts in a row the retries end: on the bench's 200
-        just-opened tasks (seed 0) a third or fourth attempt after two empty ones gave a text in 2 of
-        8 requests, neither useful, and the 6 others waited up to 460 ms more for nothing
-        (docs/benchmarks.md, session 18). The first attempt's plan and constraint spec are reused;
-        the timings of all attempts are summed (``timings_ms``, ``decoded_tokens``) and ``retries``
-        counts the extra attempts. In process only: a remote backend (vLLM) decodes one attempt per
-        request."""
+        it. The first attempt's plan and constraint spec are reused; the timings of all attempts are
+        summed (``timings_ms``, ``decoded_tokens``) and ``retries`` counts the extra attempts. In process only: a remote
+        backend (vLLM) decodes one attempt per request."""
         bans: dict[int, list[int]] = {}
         prior = self._attempt  # the first attempt's plan and spec: a retry reuses them (no jedi, no scan)
         tries = 0
-        empty = 0 if result.text else 1  # empty attempts in a row so far
-        while not result.cancelled and not self.remote and tries < self.settings.generation.retries \
-                and empty < self.EMPTY_IN_A_ROW:
+        while not result.cancelled and not self.remote and tries < self.settings.generation.retries:
             ban = self._retry_ban(result)
             if ban is None or ban[1] in bans.get(ban[0], ()):
                 break
@@ -413,10 +407,7 @@ class Engine(DecodeLoop):
                 break
             again.retries = tries
             result = again
-            empty = 0 if again.text else empty + 1
         return result
-
-    EMPTY_IN_A_ROW = 2  # empty attempts in a row after which _retry decodes no more
 
     @staticmethod
     def _retry_ban(result: Completion) -> tuple[int, int] | None:

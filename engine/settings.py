@@ -56,8 +56,7 @@ class GenerationSettings:
     max_tokens_multiline: int = 96
     temperature: float = 0.0  # 0: greedy
     # decode again (at most this many times) when a constrained completion decoded code that finishing
-    # refused or pyflakes blamed, banning the token that led there; two empty attempts in a row end the
-    # retries (engine.complete.Engine._retry)
+    # refused or pyflakes blamed, banning the token that led there (engine.complete.Engine._retry)
     retries: int = 3
     top_p: float = 0.95
     multiline: str = "auto"  # "auto" | "always" | "never"
