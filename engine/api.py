@@ -50,6 +50,7 @@ class ModelInfo:
     quantization: str = ""
     window: int = 0
     path: str = ""
+    engine: str = "torch"  # the backend that runs it (engine.backends): "torch" | "llama-cpp" | "vllm"
 
     def as_dict(self) -> dict:
         """JSON-ready, snake_case keys (the ``model_info`` of ``explain`` and ``complete --json``)."""
@@ -59,7 +60,8 @@ class ModelInfo:
         """JSON-ready, camelCase keys (the answer of ``fsmComplete/model``)."""
         return {"name": self.name, "parameters": self.parameters, "dtype": self.dtype, "device": self.device,
                 "vocabSize": self.vocab_size, "fimTemplate": self.fim_template, "fimSource": self.fim_source,
-                "format": self.format, "quantization": self.quantization, "window": self.window, "path": self.path}
+                "format": self.format, "quantization": self.quantization, "window": self.window, "path": self.path,
+                "engine": self.engine}
 
     def summary(self, code=str) -> str:
         """One line: ``NAME: 6.5 M parameters, float32 on cpu, vocabulary 8192, FIM template X (how)``
@@ -69,7 +71,8 @@ class ModelInfo:
             where = f"served by vLLM at {self.path}"
         else:
             fmt = f"GGUF {self.quantization}" if self.format == "gguf" else self.format
-            where = f"{self.parameters / 1e6:.1f} M parameters ({fmt}), {self.dtype} on {self.device}"
+            weights = f"weights {self.quantization} as stored" if self.engine == "llama-cpp" else self.dtype
+            where = f"{self.parameters / 1e6:.1f} M parameters ({fmt}), {weights} on {self.device}, engine {self.engine}"
         return (f"{code(self.name)}: {where}, vocabulary {self.vocab_size}, "
                 f"FIM template {code(self.fim_template)} ({self.fim_source})")
 

@@ -103,11 +103,11 @@ class Engine(DecodeLoop):
         """A vLLM server decodes (settings ``model.backend`` ``"vllm"``; :mod:`engine.remote`)."""
         from .remote import RemoteModel
 
-        return self.lm is not None and isinstance(self.lm.model, RemoteModel)
+        return self.lm is not None and (self.lm.engine == "vllm" or isinstance(self.lm.model, RemoteModel))
 
     def load(self, progress=None) -> None:
         """Load model, tokenizer and FSM index. ``progress(message, percent)``. Raises ModelError."""
-        from .decode import KVCache
+        from .backends import check_engine, open_backend
         from .fim import PromptBuilder
         from .model import load_model
         from .vocab import from_hf_tokenizer
@@ -120,15 +120,15 @@ class Engine(DecodeLoop):
         unfreeze()  # a model loaded before may be replaced: its cycles become collectable again
         try:
             report("loading model", 5)
-            if s.model.backend == "vllm":  # a vLLM server decodes: the tokenizer and config only (engine.remote)
+            engine = check_engine(s.model.backend)
+            if engine == "vllm":  # a vLLM server decodes: the tokenizer and config only (engine.remote)
                 from .remote import load_remote
 
                 lm = load_remote(s)
-            elif s.model.backend == "local":
+            else:  # prompt + the longest completion + a draft under verification
+                n_ctx = s.model.context_tokens + s.generation.max_tokens_multiline + s.generation.draft_tokens + 16
                 lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder,
-                                s.model.prefill_dtype)
-            else:
-                raise ModelError(f"unknown model.backend {s.model.backend!r}; use \"local\" or \"vllm\"")
+                                s.model.prefill_dtype, engine, n_ctx)
             report("building the FIM prompt template", 50)
             template, fim_source = choose_template(lm, s.model.fim_template)
             # prompt + generated tokens stay inside the model window (positions the model was trained on)
@@ -142,12 +142,13 @@ class Engine(DecodeLoop):
             raise
         self.lm, self.builder, self.index = lm, builder, index
         self.vocab_digest = vocab.digest()
-        self.kv = None if self.remote else KVCache(lm.model, lm.device, lm.prefill_threads)
+        self.kv = open_backend(lm)  # the backend seam (engine.backends); None: a vLLM server decodes
         self.model_name = lm.name
         self.model_info = ModelInfo(
             name=lm.name, parameters=int(lm.parameters), dtype=str(lm.dtype).removeprefix("torch."),
             device=str(lm.device), vocab_size=int(vocab.size), fim_template=template.family, fim_source=fim_source,
-            format=lm.format, quantization=lm.quantization, window=int(lm.max_positions), path=lm.path)
+            format=lm.format, quantization=lm.quantization, window=int(lm.max_positions), path=lm.path,
+            engine=lm.engine)
         logit_size = int(getattr(lm.model.config, "vocab_size", vocab.size) or vocab.size)
         self.masks = StepMask(vocab.tokens, set(vocab.eos_ids) | set(builder.stop_ids), logit_size, lm.device)
         self.masks.set_domain_words(s.constraints.domain_vocabulary)

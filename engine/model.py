@@ -41,6 +41,7 @@ class LoadedModel:
     quantization: str = ""  # GGUF: the file type ("F16", "Q8_0", "Q4_K_M", ...), dequantised to ``dtype`` at load
     fim_tokens: object = None  # engine.fim.FimTokens the checkpoint's metadata declares (GGUF), else None
     path: str = ""  # the checkpoint directory or GGUF file loaded
+    engine: str = "torch"  # the backend that runs it (engine.backends): "torch" | "llama-cpp" | "vllm"
 
 
 def resolve_device(requested: str):
@@ -308,26 +309,36 @@ def load_own_decoder(path: Path, dev, dt):
 
 
 def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", threads: int = 0,
-               decoder: str = "auto", prefill_dtype: str = "same") -> LoadedModel:
+               decoder: str = "auto", prefill_dtype: str = "same", backend: str = "auto",
+               n_ctx: int = 4096) -> LoadedModel:
     """Load tokenizer and causal LM from ``path`` onto the resolved device: a checkpoint directory, a
     GGUF file (always on the own decoder) or ``ollama:NAME[:TAG]`` (:mod:`engine.model_store`).
     ``decoder``: ``"auto"`` runs Llama, Qwen2 and Mistral checkpoints on the own decoder
     (:mod:`engine.llama`) and others on transformers; ``"transformers"`` always uses transformers for
     checkpoint directories. ``prefill_dtype``: the own decoder's prompt prefill
-    (:func:`resolve_prefill_dtype`). Raises ModelError."""
+    (:func:`resolve_prefill_dtype`). ``backend``: the engine (:mod:`engine.backends`; ``auto``: a GGUF
+    file on llama.cpp on the CPU when llama-cpp-python is installed); ``n_ctx``: the positions
+    llama.cpp's context holds (prompt + completion + a draft, tokens). Raises ModelError."""
     import torch
 
+    from .backends import check_engine, gguf_engine
     from .gguf_checkpoint import is_gguf
     from .model_store import resolve_model
     from .settings import DEFAULT_MODEL_DIR
 
     source = resolve_model(path, DEFAULT_MODEL_DIR)
     path = source.path
+    engine = check_engine(backend)
     if path.is_file() and is_gguf(path):
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)
+        if gguf_engine(engine, dev) == "llama-cpp":
+            return _load_llama_cpp(path, source.name, threads, n_ctx)
         return _set_prefill_dtype(_load_gguf(path, source.name, dev, dt, threads, decoder), prefill_dtype)
     check_model_dir(path)
+    if engine == "llama-cpp":
+        raise ModelError(f"model.backend \"llama-cpp\" runs GGUF files and {path} is a checkpoint directory; set "
+                         "model.backend to \"auto\" or \"torch\", or convert it with llama.cpp's convert_hf_to_gguf.py")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if decoder not in DECODERS:
@@ -390,6 +401,30 @@ def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str) -> Lo
         shown = f"{ckpt.name} ({path.name})"
     return _finish(model, tokenizer, dev, dt, shown, model.cfg.max_positions, model.parameters, threads,
                    format="gguf", quantization=ckpt.file_type, fim_tokens=fim, path=str(path))
+
+
+def _load_llama_cpp(path: Path, name: str, threads: int, n_ctx: int) -> LoadedModel:
+    """A GGUF file on the llama.cpp engine (:mod:`engine.backends.llama_cpp`): the weights as the file
+    stores them; the tokenizer and FIM markers from its metadata, as on the torch engine, so token ids
+    are the same. Raises ModelError."""
+    import torch
+
+    from . import gguf_checkpoint as gg
+    from .backends.llama_cpp import LlamaCppModel
+
+    ckpt = gg.read_checkpoint(path)
+    tokenizer = gg.load_tokenizer(ckpt)
+    fim = gg.declared_fim_tokens(ckpt, ckpt.value("tokenizer.ggml.tokens"))
+    template = ckpt.value(gg.TEMPLATE_KEY)
+    model = LlamaCppModel(str(path), n_ctx, threads, fim_template=str(template) if template else None)
+    if threads <= 0:
+        model.tune_threads()
+    shown = name
+    if not name.startswith("ollama:") and ckpt.name != path.stem:
+        shown = f"{ckpt.name} ({path.name})"
+    return LoadedModel(model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.float32, name=shown,
+                       max_positions=model.n_ctx, parameters=model.parameters, format="gguf",
+                       quantization=ckpt.file_type, fim_tokens=fim, path=str(path), engine="llama-cpp")
 
 
 def _load_tokenizer(path: Path):

@@ -225,7 +225,7 @@ class VllmClient:
                 f"the vLLM server at {self.url} did not answer ({type(exc).__name__}: {exc}); completions are "
                 "empty until it is back. Start it with `python -m vllm.entrypoints.openai.api_server --model "
                 "MODEL_DIR --dtype float32` in the environment of scripts/vllm-env.sh (docs/scale.md), or set "
-                "model.backend to \"local\"") from exc
+                "model.backend to \"auto\"") from exc
         except ValueError as exc:
             raise ModelError(f"the vLLM server at {self.url} answered {path} with something that is not JSON: "
                              f"{exc}") from exc
@@ -297,7 +297,7 @@ def load_remote(settings):
     window = int(config.get("max_position_embeddings") or config.get("n_positions") or 2048)
     model = RemoteModel(SimpleNamespace(**config), VllmClient(url))
     return LoadedModel(model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.float32,
-                       name=path.name, max_positions=window, parameters=0, format="vllm", path=url)
+                       name=path.name, max_positions=window, parameters=0, format="vllm", path=url, engine="vllm")
 
 
 def complete_remote(engine, req: CompletionRequest) -> Completion:

@@ -44,9 +44,12 @@ class ModelSettings:
     context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
     threads: int = 0  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)
     decoder: str = "auto"  # "auto": own decoder for Llama/Qwen2/Mistral (engine/llama.py), else transformers | "transformers"
-    # "local": the in-process decoder | "vllm": a vLLM server running fsm-complete's logits processor
-    # (docs/scale.md); ``path`` then names the served checkpoint's directory (tokenizer and config only)
-    backend: str = "local"
+    # the engine (engine/backends/): "auto" (a GGUF file on llama.cpp when llama-cpp-python is installed
+    # and the device is the CPU, everything else on torch) | "torch" (the own decoder, or transformers) |
+    # "llama-cpp" (GGUF files, the weights as stored) | "vllm": a vLLM server running fsm-complete's
+    # logits processor (docs/scale.md); ``path`` then names the served checkpoint's directory (tokenizer
+    # and config only). "local" is the old name of "auto".
+    backend: str = "auto"
     url: str = ""  # the vLLM server's base URL (backend "vllm"), e.g. http://127.0.0.1:8000
 
 

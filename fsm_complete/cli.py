@@ -34,6 +34,8 @@ def _settings(args):
         s.model.decoder = args.decoder
     if getattr(args, "fim_template", None):
         s.model.fim_template = args.fim_template
+    if getattr(args, "backend", None):
+        s.model.backend = args.backend
     if getattr(args, "vllm_url", None):  # decode on a vLLM server (docs/scale.md)
         s.model.backend, s.model.url = "vllm", args.vllm_url
     return s
@@ -316,6 +318,8 @@ def add_bench_parser(sub):
     sp.add_argument("--device", help="auto, cpu, cuda")
     sp.add_argument("--decoder", choices=["auto", "transformers"],
                     help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints (default); transformers: always")
+    sp.add_argument("--backend", choices=["auto", "torch", "llama-cpp"],
+                    help="the engine (model.backend; default auto: a GGUF file on llama.cpp when installed)")
     sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
     sp.add_argument("--no-speculative", dest="no_speculative", action="store_true",
                     help="decode without speculative drafts (the baseline for engine/speculate.py)")
@@ -361,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--decoder", choices=["auto", "transformers"],
                         help="auto: the own decoder for Llama/Qwen2/Mistral checkpoints, else transformers "
                              "(default); transformers: always transformers (checkpoint directories)")
+        sp.add_argument("--backend", choices=["auto", "torch", "llama-cpp"],
+                        help="the engine (model.backend): auto (default: a GGUF file on llama.cpp on the CPU when "
+                             "llama-cpp-python is installed, else torch), torch, llama-cpp")
         sp.add_argument("--fim-template", dest="fim_template", metavar="NAME",
                         help="fill-in-the-middle template: auto (default: named by the checkpoint, its GGUF metadata "
                              "or its special tokens), fsm-complete, starcoder, qwen, deepseek, codellama")

@@ -426,6 +426,8 @@ def run_bench(args, lsp_timer=None) -> dict:
         settings.model.device = args.device
     if getattr(args, "decoder", None):
         settings.model.decoder = args.decoder
+    if getattr(args, "backend", None):
+        settings.model.backend = args.backend
     if getattr(args, "no_speculative", False):
         settings.generation.speculative = False
     engine = Engine(settings)
@@ -474,6 +476,8 @@ def _run_loaded(args, engine, settings, lsp_timer) -> dict:
         "model": engine.model_name,
         "vocab_size": engine.index.size,
         "device": str(engine.lm.device),
+        "engine": engine.lm.engine,  # the backend that ran (engine.backends)
+        "quantization": engine.lm.quantization,
         "seed": args.seed,
         "speculative": settings.generation.speculative,
         "busy_core": bool(getattr(args, "busy_core", False)),

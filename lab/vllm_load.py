@@ -156,7 +156,7 @@ def row_step_cost(tasks) -> dict:
     from engine.constrained import ConstrainedRow
     from engine.remote import prepare, tables_of
 
-    engine = _engine(backend="local")
+    engine = _engine(backend="auto")
     tables = tables_of(engine)
     costs: list[float] = []
     for task in tasks:
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
             report["levels"].append(level)
             print(json.dumps(level), flush=True)
     if not args.no_in_process:
-        local = _engine(backend="local")
+        local = _engine(backend="auto")
         for clients in args.clients:
             level = in_process_level(local, tasks, clients, max(args.requests, 2 * clients))
             report["levels"].append(level)

@@ -1,6 +1,6 @@
 """GGUF checkpoints (engine/gguf_checkpoint.py) and Ollama's store (engine/model_store.py).
 
-The GGUF files are written here (tests/gguf_files.py, the gguf package's GGUFWriter in llama.cpp's
+The GGUF files are written here (lab/gguf_files.py, the gguf package's GGUFWriter in llama.cpp's
 layout) from the embedded model and from tiny random Llama and Qwen2 checkpoints saved in float16,
 so that an F16 file holds exactly the same weights: its logits must equal the safetensors model's
 (1e-3); Q8_0 is lossy (:data:`Q8_TOL`). transformers' own GGUF loader reading the same files to the
@@ -22,7 +22,7 @@ from engine.errors import ModelError
 from engine.gguf_checkpoint import permute_qk, unpermute_qk
 from engine.model import load_model
 from engine.settings import DEFAULT_MODEL_DIR, Settings
-from tests.gguf_files import logits, write_gguf
+from lab.gguf_files import logits, write_gguf
 
 F16_TOL = 1e-3
 # Q8_0 keeps 8 bits per weight (a float16 scale per 32): on the embedded model the logits move by at most
@@ -97,7 +97,7 @@ def test_qk_permutation_round_trips_and_moves_rows():
 
 
 def test_embedded_model_f16_gguf_equals_safetensors(embedded, files):
-    lm = load_model(files["F16"], "cpu", "float32")
+    lm = load_model(files["F16"], "cpu", "float32", backend="torch")
     assert (lm.format, lm.quantization, lm.parameters) == ("gguf", "F16", embedded.parameters)
     ids = sample_ids(embedded.tokenizer)
     assert (logits(lm.model, ids) - logits(embedded.model, ids)).abs().max().item() < F16_TOL
@@ -111,7 +111,7 @@ def test_embedded_model_f16_gguf_equals_safetensors(embedded, files):
 
 
 def test_embedded_model_q8_0_gguf_is_close(embedded, files):
-    lm = load_model(files["Q8_0"], "cpu", "float32")
+    lm = load_model(files["Q8_0"], "cpu", "float32", backend="torch")
     assert lm.quantization == "Q8_0"
     ids = sample_ids(embedded.tokenizer)
     got, want = logits(lm.model, ids), logits(embedded.model, ids)
@@ -145,7 +145,7 @@ def test_k_quants_are_dequantised_row_by_row(tmp_path, kind):
 def test_tiny_checkpoints_round_trip(tmp_path, kind, qtype):
     path = tiny_checkpoint(tmp_path / kind, kind)
     ref = load_model(path, "cpu", "float32")
-    lm = load_model(write_gguf(path, tmp_path / f"{kind}.gguf", qtype), "cpu", "float32")
+    lm = load_model(write_gguf(path, tmp_path / f"{kind}.gguf", qtype), "cpu", "float32", backend="torch")
     if kind == "llama3":  # the file has the bands as per-frequency divisors on the default RoPE
         assert lm.model.cfg.rope_type == "default" and ref.model.cfg.rope_type == "llama3"
         assert (lm.model.cos - ref.model.cos).abs().max().item() < 1e-5  # float32 rounding of the divisors
@@ -185,7 +185,7 @@ def test_greedy_completions_match_on_bench_tasks(files):
     engines = []
     for path in (DEFAULT_MODEL_DIR, files["F16"]):
         settings = Settings()
-        settings.model.path, settings.model.device = str(path), "cpu"
+        settings.model.path, settings.model.device, settings.model.backend = str(path), "cpu", "torch"
         settings.context.cache_model = False  # the same prompts, model alone
         engine = Engine(settings)
         engine.load()
@@ -198,7 +198,7 @@ def test_greedy_completions_match_on_bench_tasks(files):
 
 def test_model_info_says_what_was_loaded(files):
     settings = Settings()
-    settings.model.path, settings.model.device = str(files["plain"]), "cpu"
+    settings.model.path, settings.model.device, settings.model.backend = str(files["plain"]), "cpu", "torch"
     engine = Engine(settings)
     engine.load()
     info = engine.model_info
@@ -222,7 +222,7 @@ def test_template_whose_tokens_are_missing_is_a_clear_error(files):
 def test_gguf_without_fim_tokens_is_a_clear_error(tmp_path):
     path = write_gguf(DEFAULT_MODEL_DIR, tmp_path / "nofim.gguf", "Q8_0", fim=False)
     settings = Settings()
-    settings.model.path, settings.model.device = str(path), "cpu"
+    settings.model.path, settings.model.device, settings.model.backend = str(path), "cpu", "torch"
     with pytest.raises(ModelError, match="no fill-in-the-middle tokens.*model.fimTemplate"):
         Engine(settings).load()
 
@@ -268,7 +268,7 @@ def ollama_store(root, blob_source, name="library/tiny", tag="q8"):
 def test_ollama_model_resolves_in_the_local_store(tmp_path, files, monkeypatch):
     store = ollama_store(tmp_path / "models", files["Q8_0"])
     monkeypatch.setenv("OLLAMA_MODELS", str(store))
-    lm = load_model("ollama:tiny:q8", "cpu", "float32")
+    lm = load_model("ollama:tiny:q8", "cpu", "float32", backend="torch")
     assert lm.name == "ollama:tiny:q8" and lm.format == "gguf" and lm.quantization == "Q8_0"
     assert lm.path.startswith(str(store / "blobs" / "sha256-"))
     with pytest.raises(ModelError, match=r"not the tag 'latest' \(tags here: q8\)"):

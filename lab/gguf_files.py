@@ -1,4 +1,4 @@
-"""Write GGUF files from Hugging Face checkpoints for the tests, with the ``gguf`` package's
+"""Write GGUF files from Hugging Face checkpoints for the tests and the stand-in models (lab/standin.py), with the ``gguf`` package's
 ``GGUFWriter``, the way llama.cpp's ``convert_hf_to_gguf.py`` lays them out: llama.cpp tensor names
 (the package's own name table), the ``{arch}.*`` architecture keys, q/k rows permuted for the
 ``llama`` architecture (Llama, Mistral; not Qwen2), the tokenizer as ``tokenizer.ggml.*`` (byte-level
@@ -69,7 +69,7 @@ def write_gguf(checkpoint: Path, out: Path, qtype: str = "F16", *, fim: bool = T
         writer.add_tensor("rope_freqs.weight", llama3_divisors(rope, head_dim))
     if template:
         writer.add_string(TEMPLATE_KEY, template)
-    _write_tokenizer(writer, checkpoint, fim)
+    write_tokenizer(writer, checkpoint, fim)
 
     names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch), layers)
     for hf_name, tensor in weights.items():
@@ -120,8 +120,10 @@ def llama3_divisors(rope: dict, head_dim: int) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def _write_tokenizer(writer, checkpoint: Path, fim: bool) -> None:
-    """``tokenizer.json`` (byte-level BPE) as llama.cpp's ``gpt2`` tokenizer metadata."""
+def write_tokenizer(writer, checkpoint: Path, fim: bool, pad_to: int = 0) -> int:
+    """``tokenizer.json`` (byte-level BPE) as llama.cpp's ``gpt2`` tokenizer metadata; ``pad_to``: add
+    unused tokens up to that vocabulary size (a stand-in's LM head, lab/standin.py). Returns the
+    vocabulary size written."""
     tok = json.loads((checkpoint / "tokenizer.json").read_text())
     tok_config = json.loads((checkpoint / "tokenizer_config.json").read_text())
     vocab = tok["model"]["vocab"]
@@ -132,6 +134,8 @@ def _write_tokenizer(writer, checkpoint: Path, fim: bool) -> None:
     for i, a in added.items():
         tokens[i] = a["content"]
     tokens = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(tokens)]
+    real = len(tokens)
+    tokens += [f"[PAD{i}]" for i in range(real, pad_to)]
     ids = {t: i for i, t in enumerate(tokens)}
     fim_ids = {key: next((ids[m] for m in markers if m in ids), None) for key, markers in FIM_IDS.items()}
     if not fim:  # no FIM markers anywhere: renamed to tokens no family uses
@@ -142,7 +146,7 @@ def _write_tokenizer(writer, checkpoint: Path, fim: bool) -> None:
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")  # the GPT-2 split regex of ByteLevel(use_regex=True)
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if i in added and added[i]["special"] else 4 if i in added else 1
+    writer.add_token_types([3 if i in added and added[i]["special"] else 4 if i in added else 5 if i >= real else 1
                             for i in range(len(tokens))])
     writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in tok["model"]["merges"]])
     eos = tok_config.get("eos_token")
@@ -155,6 +159,7 @@ def _write_tokenizer(writer, checkpoint: Path, fim: bool) -> None:
     for key, i in fim_ids.items():
         if i is not None:
             writer.add_uint32(f"tokenizer.ggml.{key}", i)
+    return len(tokens)
 
 
 def logits(model, ids: list[int]) -> torch.Tensor:

@@ -1,0 +1,124 @@
+"""Stand-in models for measurement: a random-weight GGUF file of a named real shape, no download.
+
+``python -m lab.standin --shape qwen2.5-coder-0.5b --qtype Q8_0 --out standin.gguf`` writes the
+shape's tensors with random weights (normal, std 0.02) as F16 with the ``gguf`` package's writer,
+the embedded model's tokenizer as llama.cpp's ``gpt2`` metadata (:mod:`lab.gguf_files`), and then
+quantizes with llama.cpp's own quantizer (``llama_model_quantize``, llama-cpp-python) to ``--qtype``.
+``--vocab 151936`` pads the vocabulary with unused tokens to Qwen2.5-Coder's size (the LM head and
+the embedding as large as the real model's; the FSM index then covers every row too).
+
+Random weights decode gibberish, so these files time the engines (decode step, prompt processing,
+peak memory), never quality. Shapes (Qwen2.5-Coder's config.json; tied embeddings):
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHAPES = {  # hidden, layers, heads, kv heads, FFN, RoPE base
+    "qwen2.5-coder-0.5b": (896, 24, 14, 2, 4864, 1_000_000.0),
+    "qwen2.5-coder-1.5b": (1536, 28, 12, 2, 8960, 1_000_000.0),
+    "tiny": (64, 2, 4, 2, 128, 10_000.0),  # tests
+}
+QTYPES = {"F16": 1, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype values
+
+
+def write_standin(out: Path, shape: str = "qwen2.5-coder-0.5b", qtype: str = "Q8_0", vocab: int = 0,
+                  seed: int = 0) -> Path:
+    """Write the stand-in GGUF file ``out`` (see the module docstring); returns ``out``. ``vocab`` 0:
+    the embedded tokenizer's size. Raises KeyError for an unknown shape or type, RuntimeError when
+    llama.cpp's quantizer fails (or is not installed, for a type other than F16)."""
+    import gguf
+
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    from .gguf_files import write_tokenizer
+
+    hidden, layers, heads, kv_heads, ffn, theta = SHAPES[shape]
+    ftype = QTYPES[qtype]
+    head_dim = hidden // heads
+    rng = np.random.default_rng(seed)
+    f16 = out if qtype == "F16" else out.with_name(out.name + ".f16.tmp")
+    writer = gguf.GGUFWriter(str(f16), "qwen2")
+    writer.add_name(f"{shape} stand-in (random weights)")
+    writer.add_file_type(1)
+    writer.add_context_length(32768)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(theta)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_string("fsm_complete.fim_template", "fsm-complete")
+    n_vocab = write_tokenizer(writer, DEFAULT_MODEL_DIR, True, pad_to=vocab)
+
+    def rand(*dims):
+        return (rng.standard_normal(dims, dtype=np.float32) * 0.02).astype(np.float16)
+
+    ones = np.ones(hidden, dtype=np.float32)
+    writer.add_tensor("token_embd.weight", rand(n_vocab, hidden))
+    for i in range(layers):
+        b = f"blk.{i}."
+        writer.add_tensor(b + "attn_norm.weight", ones)
+        for name, rows in (("attn_q", heads * head_dim), ("attn_k", kv_heads * head_dim),
+                           ("attn_v", kv_heads * head_dim)):
+            writer.add_tensor(b + name + ".weight", rand(rows, hidden))
+            writer.add_tensor(b + name + ".bias", np.zeros(rows, dtype=np.float32))
+        writer.add_tensor(b + "attn_output.weight", rand(hidden, heads * head_dim))
+        writer.add_tensor(b + "ffn_norm.weight", ones)
+        writer.add_tensor(b + "ffn_gate.weight", rand(ffn, hidden))
+        writer.add_tensor(b + "ffn_up.weight", rand(ffn, hidden))
+        writer.add_tensor(b + "ffn_down.weight", rand(hidden, ffn))
+    writer.add_tensor("output_norm.weight", ones)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    if qtype != "F16":
+        try:
+            quantize(f16, out, ftype)
+        finally:
+            f16.unlink(missing_ok=True)
+    return out
+
+
+def quantize(src: Path, out: Path, ftype: int) -> None:
+    """llama.cpp's quantizer (``llama_model_quantize``) from ``src`` to ``out`` as ``ftype`` (a
+    ``llama_ftype``: 7 Q8_0, 15 Q4_K_M, ...). Raises RuntimeError."""
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise RuntimeError("quantizing needs llama-cpp-python (pip install \".[llama-cpp]\")") from exc
+    from engine.backends.llama_cpp import _init
+
+    _init()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = 0
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(out).encode(), params)
+    if rc != 0:
+        raise RuntimeError(f"llama.cpp could not quantize {src} to type {ftype} (code {rc})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lab.standin", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-coder-0.5b")
+    p.add_argument("--qtype", choices=sorted(QTYPES), default="Q8_0")
+    p.add_argument("--vocab", type=int, default=0, help="pad the vocabulary to this many tokens (151936: Qwen2.5's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, type=Path)
+    args = p.parse_args(argv)
+    t = time.perf_counter()
+    write_standin(args.out, args.shape, args.qtype, args.vocab, args.seed)
+    print(f"{args.out}: {args.out.stat().st_size / 2**20:.0f} MiB in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
