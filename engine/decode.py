@@ -121,6 +121,9 @@ class KVCache:
     ``prefill(ids)`` returns the last position's logits ``[vocab]`` and how many tokens were reused.
     """
 
+    name = "torch"
+    drafts_pay = True  # a draft batch costs about one decode step here (memory-bound products)
+
     def __init__(self, model, device, prefill_threads: int = 0):
         import inspect
 

@@ -143,7 +143,8 @@ class DecodeLoop:
         if bans and plan.constrained:
             dec.banned.update({step: list(ids) for step, ids in bans.items()})
         g = self.settings.generation
-        if g.speculative and g.draft_tokens > 0 and plan.temperature <= 0 and prompt_ids is not None:
+        if (g.speculative and g.draft_tokens > 0 and plan.temperature <= 0 and prompt_ids is not None
+                and self.kv.drafts_pay):  # the backend's measured capability (engine.backends)
             dec.drafts = Drafts(g.draft_tokens, PromptLookup(list(prompt_ids)))
         while len(dec.gen) < plan.max_tokens:
             if req.cancel is not None and req.cancel.is_set():

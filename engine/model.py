@@ -403,7 +403,7 @@ def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str) -> Lo
                    format="gguf", quantization=ckpt.file_type, fim_tokens=fim, path=str(path))
 
 
-def _load_llama_cpp(path: Path, name: str, threads: int, n_ctx: int) -> LoadedModel:
+def _load_llama_cpp(path: Path, name: str, threads: int, n_ctx: int, draft_tokens: int = 4) -> LoadedModel:
     """A GGUF file on the llama.cpp engine (:mod:`engine.backends.llama_cpp`): the weights as the file
     stores them; the tokenizer and FIM markers from its metadata, as on the torch engine, so token ids
     are the same. Raises ModelError."""
@@ -419,6 +419,7 @@ def _load_llama_cpp(path: Path, name: str, threads: int, n_ctx: int) -> LoadedMo
     model = LlamaCppModel(str(path), n_ctx, threads, fim_template=str(template) if template else None)
     if threads <= 0:
         model.tune_threads()
+    model.measure_drafts(draft_tokens)
     shown = name
     if not name.startswith("ollama:") and ckpt.name != path.stem:
         shown = f"{ckpt.name} ({path.name})"

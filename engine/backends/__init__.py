@@ -33,6 +33,8 @@ class Backend(Protocol):
     ``[vocab]`` after the last position, ``[n, vocab]`` from :meth:`verify`."""
 
     ids: list[int]
+    name: str  # the engine: "torch" | "llama-cpp"
+    drafts_pay: bool  # capability: a draft batch verified in one forward costs less than two decode steps
 
     def prefill(self, ids: list[int], *, chunk: int = 0, stop=None):
         """Make the cache hold ``ids``; ``(logits [vocab] | None, reused tokens)``."""
