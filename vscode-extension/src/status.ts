@@ -38,15 +38,18 @@ export interface ModelSummary {
     format?: string;
     /** A GGUF file's type (F16, Q8_0, Q4_K_M, ...). */
     quantization?: string;
+    /** The engine that runs it: "torch", "llama-cpp" or "vllm". */
+    engine?: string;
 }
 
-/** One tooltip line: `model NAME: 6.5 M parameters (GGUF Q8_0), float32 on cpu, vocabulary 8192, FIM template X`. */
+/** One tooltip line: `model NAME: 6.5 M parameters (GGUF Q8_0), float32 on cpu, engine llama-cpp, vocabulary 8192, FIM template X`. */
 export function modelLine(model: ModelSummary): string {
     const format = model.format === 'gguf' ? `GGUF ${model.quantization ?? ''}`.trim() : (model.format ?? '');
     const size = `${(model.parameters / 1e6).toFixed(1)} M parameters${format ? ` (${format})` : ''}`;
     const how = model.fimSource ? ` (${model.fimSource})` : '';
+    const engine = model.engine ? `, engine ${model.engine}` : '';
     return (
-        `model ${model.name}: ${size}, ${model.dtype} on ${model.device}, vocabulary ${model.vocabSize}, ` +
+        `model ${model.name}: ${size}, ${model.dtype} on ${model.device}${engine}, vocabulary ${model.vocabSize}, ` +
         `FIM template ${model.fimTemplate}${how}`
     );
 }
@@ -73,6 +76,7 @@ export function modelSummary(record: unknown): ModelSummary | undefined {
         fimSource: optional(r.fimSource),
         format: optional(r.format),
         quantization: optional(r.quantization),
+        engine: optional(r.engine),
     };
 }
 

@@ -29,12 +29,13 @@ describe('statusView', () => {
             fimSource: 'metadata',
             format: 'gguf',
             quantization: 'Q8_0',
+            engine: 'llama-cpp',
         });
         assert.ok(model);
         const ready = statusView({ kind: 'ready' }, undefined, model);
         assert.equal(ready.text, '$(check) fsm-complete');
         assert.match(ready.tooltip, /model ollama:qwen2\.5-coder:1\.5b: 1543\.7 M parameters \(GGUF Q8_0\)/);
-        assert.match(ready.tooltip, /float32 on cpu, vocabulary 151665, FIM template qwen \(metadata\)/);
+        assert.match(ready.tooltip, /float32 on cpu, engine llama-cpp, vocabulary 151665, FIM template qwen \(metadata\)/);
         const after = statusView({ kind: 'ready' }, { latencyMs: 50, offered: true }, model);
         assert.match(after.tooltip, /last completion: 50 ms[^]*FIM template qwen/);
         assert.equal(modelSummary({ name: 'x' }), undefined);
