@@ -39,7 +39,8 @@ from .monitors.filter import SemanticFilter
 from .monitors.setup import RequiredArgumentTables, describe
 from .plan import Plan, plan_request, wants_multiline  # noqa: F401 - wants_multiline: public here too
 from .settings import Settings
-from .spec import ConstraintSpec, constraint_spec, healed_text, start_from_spec
+from .prepare import constraint_spec, start_from_spec
+from .spec import ConstraintSpec, healed_text
 from .stages import Stages
 from .step_mask import StepMask
 from .tab_view import TabView
@@ -318,7 +319,7 @@ class Engine(DecodeLoop):
         return None
 
     @staticmethod
-    def _scalar_request(req: CompletionRequest) -> CompletionRequest:
+    def scalar_request(req: CompletionRequest) -> CompletionRequest:
         """``req`` with Unicode scalar values only in its prefix, suffix and path (the same object
         when it had no surrogate)."""
         prefix, suffix = scalar_text(req.prefix), scalar_text(req.suffix)
@@ -336,7 +337,7 @@ class Engine(DecodeLoop):
         automatic garbage collection waits until the request ends (:mod:`engine.gc_pauses`)."""
         if self.lm is None:
             raise ModelError(self.load_error or "the model is not loaded yet")
-        req = self._scalar_request(req)
+        req = self.scalar_request(req)
         view = TabView.of(req.prefix, req.suffix)
         with no_collection():
             if view is not None:  # a tab-indented document: the model reads four spaces per tab (engine.tab_view)
@@ -444,7 +445,7 @@ class Engine(DecodeLoop):
             result.fingerprint = plan.fp.as_dict()
         ta = clock()
         stages = Stages(fingerprint=ta - t0)
-        start = self._start(req, plan, result, stages, prior[1] if prior is not None else None)
+        start = self.constraint_start(req, plan, result, stages, prior[1] if prior is not None else None)
         self._attempt = (plan, start.spec)
         t1 = clock()
         stages.lexing = t1 - ta - stages.semantics  # the prefix lexer, FSM guide and first-token rule
@@ -460,9 +461,9 @@ class Engine(DecodeLoop):
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
         dec = self._decode(req, plan, start, logits, result, history, prompt.ids, bans)
         t5 = clock()
-        cursor = self._cursor(plan, start)
+        cursor = self.surroundings(plan, start)
         t6 = clock()
-        self._outcome(req, plan, start, dec, cursor, result)
+        self.finish_for_editor(req, plan, start, dec, cursor, result)
         t7 = clock()
         stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3
         stages.lexing += t6 - t5
@@ -471,7 +472,7 @@ class Engine(DecodeLoop):
         result.timings_ms = stages.as_ms(total=t7 - t0)
         return result
 
-    def _outcome(self, req: CompletionRequest, plan: Plan, start: Start, dec: Decoding, cursor, result: Completion
+    def finish_for_editor(self, req: CompletionRequest, plan: Plan, start: Start, dec: Decoding, cursor, result: Completion
                  ) -> None:
         """The decoded draft finished for the editor (:func:`engine.finish.finish`, the editor's
         shape, the confidence gate, line endings) into ``result``'s text, range and stop reason."""
@@ -499,7 +500,7 @@ class Engine(DecodeLoop):
 
     # -- before decoding ----------------------------------------------------------------------------
 
-    def _start(self, req: CompletionRequest, plan: Plan, result: Completion, stages: Stages,
+    def constraint_start(self, req: CompletionRequest, plan: Plan, result: Completion, stages: Stages,
                spec: ConstraintSpec | None = None) -> Start:
         """The lexer, FSM guide, first-token rule and semantic monitors at the cursor, from the
         request's :class:`engine.spec.ConstraintSpec` (:meth:`constraint_spec`, unless ``spec``
@@ -519,6 +520,20 @@ class Engine(DecodeLoop):
         if start.sem_start is not None:
             result.semantics = describe(start.sem_start[1])  # shares the decoding monitors' refusal counts
         return start
+
+    def row_tables(self):
+        """The loaded tables as :class:`engine.constrained.RowTables` (the FSM index, the step masks,
+        the semantic filter, the mask memo; no copy) for rows driven from outside (vLLM's batch,
+        :mod:`engine.remote`). Raises ModelError when no model is loaded."""
+        from .constrained import RowTables
+
+        if self.index is None:
+            raise ModelError(self.load_error or "the model is not loaded yet")
+        if self._row_tables is None or self._row_tables.index is not self.index:
+            self._row_tables = RowTables(self.index, self.masks, self.monitor_filter, self.memo)
+        return self._row_tables
+
+    _row_tables = None
 
     wire_spec = False  # send each spec through JSON before decoding (tests: the remote path, in process)
 

@@ -30,7 +30,8 @@ from .fsm import MaskMemo, TokenIndex
 from .monitors.filter import SemanticFilter
 from .plan import Plan
 from .settings import Settings
-from .spec import ConstraintSpec, start_from_spec
+from .prepare import start_from_spec
+from .spec import ConstraintSpec
 from .step_mask import StepMask
 
 log = logging.getLogger(__name__)
@@ -178,11 +179,11 @@ class ConstrainedRow(DecodeLoop):
         try:
             if not self._commit(tok, None, self.start, self.dec, TraceStep(), _NoStream, self.result):
                 self._fail(StopReason.FSM, f"token {tok} is refused by the constraints")
-            elif self._stops_after(self.dec, self.plan, self.start.heal):
+            elif self.stops_after(self.dec, self.plan, self.start.heal):
                 self.stop = self.dec.stop
             elif len(self.dec.gen) >= self.spec.max_tokens:
                 self.stop = StopReason.MAX_TOKENS
-                self._budget_cut(self.dec, self.plan)
+                self.budget_cut(self.dec, self.plan)
                 self.stop = self.dec.stop
         except Exception as exc:
             log.exception("constrained commit failed")
@@ -210,6 +211,6 @@ def replay(spec: ConstraintSpec, tables: RowTables, token_ids, finished_by_lengt
     if row.stop is None:
         row.dec.stop = StopReason.MAX_TOKENS if finished_by_length or len(row.dec.gen) >= spec.max_tokens \
             else StopReason.EOS
-        row._budget_cut(row.dec, row.plan)
+        row.budget_cut(row.dec, row.plan)
         row.stop = row.dec.stop
     return row

@@ -176,7 +176,7 @@ class DecodeLoop:
                 dec.stop = StopReason.FSM
                 break
             dec.logprobs.append(self._logprob(choice.logits if choice.logits is not None else raw, choice.tok))
-            if self._stops_after(dec, plan, start.heal):
+            if self.stops_after(dec, plan, start.heal):
                 break
             logits = self._next_logits(choice.tok, plan, start, dec, stop_ids, history)
             if history is not None:  # once per model step, before any mask (a step back reuses it)
@@ -184,7 +184,7 @@ class DecodeLoop:
                                            self._line_so_far(plan, start.heal, dec.text), plan.multiline)
         if dec.drafts is not None:
             result.speculative = dec.drafts.as_dict()
-        self._budget_cut(dec, plan)
+        self.budget_cut(dec, plan)
         return dec
 
     def _step_rule(self, start: Start, dec: Decoding) -> FirstTokenRule | None:
@@ -217,7 +217,7 @@ class DecodeLoop:
         return (line[: len(line) - len(heal)] if heal else line) + text
 
     @staticmethod
-    def _stops_after(dec: Decoding, plan: Plan, heal: str = "") -> bool:
+    def stops_after(dec: Decoding, plan: Plan, heal: str = "") -> bool:
         """After a committed token: does the completion end here? The repetition monitor (a loop
         ends it after its first copy), a line break in a single-line completion, a dedent below
         the cursor's block in a multi-line one. Sets ``dec.stop`` (and ``dec.cut``) when it does.
@@ -238,7 +238,7 @@ class DecodeLoop:
         return False
 
     @staticmethod
-    def _budget_cut(dec: Decoding, plan: Plan) -> None:
+    def budget_cut(dec: Decoding, plan: Plan) -> None:
         """When the token budget ran out mid-thought (``dec.stop`` MAX_TOKENS): end at the last
         natural point, never in a cut identifier (``dec.stop`` becomes MAX_TOKENS_CUT)."""
         if dec.stop == StopReason.MAX_TOKENS and dec.gen:
@@ -441,7 +441,7 @@ class DecodeLoop:
             accepting = [0] + [e - len(heal) for e in accepting if e > len(heal)]
         return Draft(text, ends, accepting if start.guide is not None else None, decoded)
 
-    def _cursor(self, plan: Plan, start: Start) -> Cursor:
+    def surroundings(self, plan: Plan, start: Start) -> Cursor:
         """The surroundings :func:`engine.finish.finish` judges the text in."""
         validate = self.settings.constraints.validate
         top_level = None

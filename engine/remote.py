@@ -5,7 +5,7 @@
 decodes ``prompt_ids`` greedily or by sampling, with the spec enforced per step
 (:mod:`fsm_complete.vllm`), and returns the token ids. :func:`settle` replays those ids through
 the same constraint code (:func:`engine.constrained.replay`) and finishes the text exactly as the
-in-process engine does (:meth:`engine.complete.Engine._outcome`).
+in-process engine does (:meth:`engine.complete.Engine.finish_for_editor`).
 
 Differences from in-process decoding, by construction: no backtracking after a dead end (the row
 stops instead), no project-context cache mixing and no speculative drafts (a greedy result does not
@@ -21,7 +21,8 @@ from .api import Completion, CompletionRequest, StopReason
 from .constrained import RowTables, replay
 from .decode_loop import Decoding, Start
 from .plan import Plan, plan_request
-from .spec import ConstraintSpec, healing_spec
+from .prepare import healing_spec
+from .spec import ConstraintSpec
 from .stages import Stages
 
 
@@ -58,7 +59,7 @@ def prepare(engine, req: CompletionRequest) -> RemoteRequest | Completion:
     """The :class:`RemoteRequest` for ``req`` on a loaded ``engine`` (its tokenizer, FIM template,
     FSM index and settings; the model itself is not run), or the finished :class:`Completion` when
     nothing is to be decoded (a ``.`` typed in a comment)."""
-    req = engine._scalar_request(req)
+    req = engine.scalar_request(req)
     plan = plan_request(req, engine.settings)
     result = Completion(text="", multiline=plan.multiline, cursor_context=plan.context.kind)
     if req.trigger_character is not None and not plan.in_code:
@@ -67,7 +68,7 @@ def prepare(engine, req: CompletionRequest) -> RemoteRequest | Completion:
     if plan.fp is not None:
         result.fingerprint = plan.fp.as_dict()
     stages = Stages()
-    start = engine._start(req, plan, result, stages)
+    start = engine.constraint_start(req, plan, result, stages)
     spec = start.spec
     prompt = engine.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
     stop_ids = sorted(set(engine.builder.stop_ids) | set(engine.index.vocab.eos_ids))
@@ -79,12 +80,9 @@ def prepare(engine, req: CompletionRequest) -> RemoteRequest | Completion:
 
 
 def tables_of(engine) -> RowTables:
-    """The engine's own tables as :class:`engine.constrained.RowTables` (no copy)."""
-    tables = getattr(engine, "_row_tables", None)
-    if tables is None or tables.index is not engine.index:
-        tables = RowTables(engine.index, engine.masks, engine.monitor_filter, engine.memo)
-        engine._row_tables = tables
-    return tables
+    """The engine's own tables as :class:`engine.constrained.RowTables` (no copy;
+    :meth:`engine.complete.Engine.row_tables`)."""
+    return engine.row_tables()
 
 
 def settle(engine, remote: RemoteRequest, token_ids, finished_by_length: bool = False, logprobs=None
@@ -107,7 +105,7 @@ def settle(engine, remote: RemoteRequest, token_ids, finished_by_length: bool = 
     if logprobs is not None and len(logprobs) >= len(dec.gen):
         dec.logprobs = [torch.tensor(float(v)) for v in logprobs[: len(dec.gen)]]
     result.prompt_tokens = len(remote.prompt_ids)
-    engine._outcome(req, plan, start, dec, engine._cursor(plan, start), result)
+    engine.finish_for_editor(req, plan, start, dec, engine.surroundings(plan, start), result)
     return result
 
 
@@ -124,11 +122,11 @@ def _unconstrained(engine, plan: Plan, ids: list[int], finished_by_length: bool)
         dec.text = b"".join(tokens[t] or b"" for t in dec.gen).decode("utf-8", "ignore")
         dec.ends.append(len(dec.text))
         dec.accepting.append(len(dec.text))
-        if engine._stops_after(dec, plan):
+        if engine.stops_after(dec, plan):
             break
     if dec.stop == StopReason.MAX_TOKENS and not finished_by_length and len(dec.gen) < plan.max_tokens:
         dec.stop = StopReason.EOS
-    engine._budget_cut(dec, plan)
+    engine.budget_cut(dec, plan)
     return dec
 
 

@@ -384,6 +384,6 @@ def test_a_healed_indentation_does_not_end_a_multiline_completion_after_its_firs
     plan = Plan(prefix="def f(x):\n    y = x\n    ", suffix="", eol="\n", constrained=True, multiline=True,
                 wrap_ok=False, max_tokens=48, temperature=0.0, top_p=1.0, seed=0, context=None, single_line=False)
     body = Decoding(sem=None, text=" z = y\n    return z")
-    assert not DecodeLoop._stops_after(body, plan, " ") and body.stop != "dedent"
+    assert not DecodeLoop.stops_after(body, plan, " ") and body.stop != "dedent"
     out = Decoding(sem=None, text=" z = y\nprint(z)")
-    assert DecodeLoop._stops_after(out, plan, " ")  # a real dedent still ends it
+    assert DecodeLoop.stops_after(out, plan, " ")  # a real dedent still ends it
