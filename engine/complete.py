@@ -459,7 +459,7 @@ class Engine(DecodeLoop):
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
-        dec = self._decode(req, plan, start, logits, result, history, prompt.ids, bans)
+        dec = self._decode(self.kv, req, plan, start, logits, result, history, prompt.ids, bans)
         t5 = clock()
         cursor = self.surroundings(plan, start)
         t6 = clock()

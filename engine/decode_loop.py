@@ -74,6 +74,7 @@ class Decoding:
     cut: int | None = None  # where the text ends when decoding stopped inside a loop or at the token budget
     logprobs: list = field(default_factory=list)  # log-probability of each accepted token (0-d tensors)
     drafts: Drafts | None = None  # speculative decoding (greedy only; engine.speculate)
+    backend: object = None  # the engine.backends.Backend that turns the committed ids into logits
 
 
 @dataclass
@@ -117,16 +118,17 @@ def choose_token(logits, raw, temperature: float, top_p: float, generator) -> Ch
 
 class DecodeLoop:
     """The decode loop of :class:`engine.complete.Engine` (a base class: the engine holds the state
-    it reads: ``settings``, ``lm``, ``kv`` (KV cache), ``index`` (FSM token index), ``builder``
+    it reads: ``settings``, ``lm``, ``index`` (FSM token index), ``builder``
     (FIM prompt), ``masks`` (:class:`engine.step_mask.StepMask`), ``monitor_filter``,
     ``prefix_lexer``, ``context`` and ``_mix_context`` (the project-context cache))."""
 
     # -- the decode loop ----------------------------------------------------------------------------
 
-    def _decode(self, req: CompletionRequest, plan: Plan, start: Start, logits, result: Completion,
+    def _decode(self, backend, req: CompletionRequest, plan: Plan, start: Start, logits, result: Completion,
                 history: list[int] | None = None, prompt_ids: list[int] | None = None,
                 bans: dict[int, list[int]] | None = None) -> Decoding:
-        """Decode up to ``plan.max_tokens`` tokens from the prefill's ``logits [vocab]``; ``history``:
+        """Decode up to ``plan.max_tokens`` tokens from the prefill's ``logits [vocab]`` on ``backend``
+        (:class:`engine.backends.Backend`, whose KV cache holds the prompt); ``history``:
         the project-context cache's history before the first token (None: the cache is off);
         ``prompt_ids``: the prompt's token ids (drafts for speculative decoding; None: no drafts);
         ``bans``: step (0-based) -> token ids refused there (a retry, :meth:`Engine._retry`)."""
@@ -139,12 +141,12 @@ class DecodeLoop:
             generator = torch.Generator(device=self.lm.device)
             generator.manual_seed(plan.seed)
         stop_ids = set(self.builder.stop_ids) | set(self.index.vocab.eos_ids)
-        dec = Decoding(sem=start.sem)
+        dec = Decoding(sem=start.sem, backend=backend)
         if bans and plan.constrained:
             dec.banned.update({step: list(ids) for step, ids in bans.items()})
         g = self.settings.generation
         if (g.speculative and g.draft_tokens > 0 and plan.temperature <= 0 and prompt_ids is not None
-                and self.kv.drafts_pay):  # the backend's measured capability (engine.backends)
+                and backend.drafts_pay):  # the backend's measured capability (engine.backends)
             dec.drafts = Drafts(g.draft_tokens, PromptLookup(list(prompt_ids)))
         while len(dec.gen) < plan.max_tokens:
             if req.cancel is not None and req.cancel.is_set():
@@ -259,16 +261,16 @@ class DecodeLoop:
             hit = spec.take(tok)
             if hit is not None:
                 return hit
-            self.kv.drop_last(spec.reject())
+            dec.backend.drop_last(spec.reject())
             draft = self._draft_ids(plan, start, dec, stop_ids, history)
             if draft:
                 tf = time.perf_counter()
-                rows = self.kv.verify([tok, *draft])  # [1 + len(draft), vocab]
+                rows = dec.backend.verify([tok, *draft])  # [1 + len(draft), vocab]
                 dec.forward_s += time.perf_counter() - tf
                 spec.hold(draft, rows[1:])
                 return rows[0]
         tf = time.perf_counter()
-        logits = self.kv.decode_one_token(tok)
+        logits = dec.backend.decode_one_token(tok)
         dec.forward_s += time.perf_counter() - tf
         return logits
 
@@ -372,13 +374,13 @@ class DecodeLoop:
         step = len(dec.gen)
         dec.backtracks += 1
         if dec.drafts is not None:
-            self.kv.drop_last(dec.drafts.reject())  # the KV cache ends at the last committed token again
+            dec.backend.drop_last(dec.drafts.reject())  # the KV cache ends at the last committed token again
         dead_end_in_char = bool(start.guide.state.pend)
         last = dec.gen.pop()
         if dec.sem is not None:
             dec.sem = dec.sem_history.pop()
         start.guide.rollback(1)
-        self.kv.drop_last(1)
+        dec.backend.drop_last(1)
         dec.banned.pop(step, None)
         dec.banned.setdefault(step - 1, []).extend(self.masks.partial_ids if dead_end_in_char else [last])
         dec.ends.pop()
