@@ -41,6 +41,27 @@ def _settings(args):
     return s
 
 
+def _serve_http(args) -> int:
+    """``serve --http HOST:PORT``: llama-server's /infill and OpenAI's /v1/completions
+    (:mod:`fsm_complete.http_api`)."""
+    import logging
+    import os
+
+    from fsm_complete.http_api import serve_http
+
+    host, _, port = args.http.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        print(f"fsm-complete serve: --http expects HOST:PORT (e.g. 127.0.0.1:8012), got {args.http!r}",
+              file=sys.stderr)
+        return 2
+    settings = _settings(args)
+    level = getattr(logging, (args.log_level or "info").upper(), logging.INFO)
+    handler = logging.FileHandler(args.log_file, encoding="utf-8") if args.log_file else logging.StreamHandler()
+    logging.basicConfig(level=level, handlers=[handler], format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    key = args.api_key or os.environ.get("FSM_COMPLETE_API_KEY", "")
+    return serve_http(settings, host.strip("[]"), int(port), key)
+
+
 def parse_location(spec: str) -> tuple[str, int, int]:
     """``FILE:LINE:COL`` (1-based line and column, as in compiler messages) -> ``(file, line, col)``.
 
@@ -217,6 +238,8 @@ def cmd_daemon(args) -> int:
 def cmd_serve(args) -> int:
     from lsp_server.server import serve
 
+    if getattr(args, "http", None):
+        return _serve_http(args)
     tcp = None
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
@@ -379,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("serve", help="run the language server (stdio by default)")
     sp.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    sp.add_argument("--http", metavar="HOST:PORT",
+                    help="serve llama-server's /infill and OpenAI's /v1/completions over HTTP instead of LSP "
+                         "(llama.vscode, llama.vim, Continue, Zed; docs/editors.md); loopback only without --api-key")
+    sp.add_argument("--api-key", dest="api_key", metavar="KEY",
+                    help="with --http: the key every request must send as 'Authorization: Bearer KEY' "
+                         "(default: $FSM_COMPLETE_API_KEY)")
     sp.add_argument("--log-file", help="write logs here instead of stderr")
     model_opts(sp)
     sp.set_defaults(func=cmd_serve)
