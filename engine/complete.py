@@ -450,6 +450,11 @@ class Engine(DecodeLoop):
         t1 = clock()
         stages.lexing = t1 - ta - stages.semantics  # the prefix lexer, FSM guide and first-token rule
         prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
+        # the prompt's budget leaves the settings' longest completion in the model window; a request
+        # asking for more (--max-tokens, an HTTP client's n_predict) decodes what still fits
+        room = self.lm.max_positions - len(prompt.ids) - self.settings.generation.draft_tokens - 1
+        if plan.max_tokens > room:
+            plan = dataclasses.replace(plan, max_tokens=max(1, room))
         t2 = clock()
         logits, reused = self.kv.prefill(prompt.ids)
         t3 = clock()

@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -38,6 +39,7 @@ def start_server(*extra: str, env: dict | None = None):
     line = proc.stderr.readline()
     assert "HTTP on http://" in line, line
     url = line.split("HTTP on ", 1)[1].strip()
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # the log must never fill the pipe
     headers = {"Authorization": f"Bearer {env['FSM_COMPLETE_API_KEY']}"} if env else {}
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -216,3 +218,15 @@ def test_api_key_and_loopback_rules(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_budget_beyond_the_window_decodes_what_fits(server, engine):
+    """n_predict above the settings' longest completion on a document that fills the prompt budget:
+    the model window (512 positions for the embedded model) caps the completion (it raised before)."""
+    from engine.api import CompletionRequest
+
+    long_prefix = "".join(f"value_{i} = compute({i}, scale={i % 7})\n" for i in range(400)) + "total = "
+    res = engine.complete(CompletionRequest(prefix=long_prefix, suffix="\n", max_tokens=300, multiline=True))
+    assert res.prompt_tokens + res.tokens <= engine.lm.max_positions  # tokens: the last attempt's
+    status, answer = post(server, "/infill", llama_vscode_body(long_prefix, "\n", n_predict=300))
+    assert status == 200 and isinstance(answer["content"], str)
