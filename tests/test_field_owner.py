@@ -357,3 +357,14 @@ def test_d19_a_tcp_client_without_the_token_gets_nothing_and_the_owner_still_get
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_vscode_extension_keeps_program_model_and_url_to_the_users_own_settings():
+    package = json.loads((ROOT / "vscode-extension" / "package.json").read_text(encoding="utf-8"))
+    untrusted = package["capabilities"]["untrustedWorkspaces"]
+    assert untrusted["supported"] == "limited"
+    restricted = {"fsmComplete.interpreter", "fsmComplete.model.path", "fsmComplete.model.url"}
+    assert restricted <= set(untrusted["restrictedConfigurations"])
+    settings = package["contributes"]["configuration"]["properties"]
+    assert set(untrusted["restrictedConfigurations"]) <= set(settings)
+    assert all(settings[name]["scope"] == "machine" for name in restricted)
