@@ -236,21 +236,23 @@ def cmd_daemon(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from lsp_server import access
     from lsp_server.server import serve
 
     if getattr(args, "http", None):
         return _serve_http(args)
-    tcp = None
+    tcp = token = None
     if args.tcp:
-        host, _, port = args.tcp.rpartition(":")
-        if not host or not port.isdigit():
-            print(f"fsm-complete serve: --tcp expects HOST:PORT, got {args.tcp!r}", file=sys.stderr)
+        try:
+            tcp = access.parse_tcp(args.tcp)
+            token = access.tcp_token(args.token_file)
+        except ValueError as exc:
+            print(f"fsm-complete serve: {exc}", file=sys.stderr)
             return 2
-        tcp = (host, int(port))
     settings = _settings(args)
     if args.log_level:
         settings.log_level = args.log_level
-    return serve(settings, tcp=tcp, log_file=args.log_file)
+    return serve(settings, tcp=tcp, log_file=args.log_file, token=token)
 
 
 def cmd_train(args) -> int:
@@ -401,7 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="required-argument policy profile")
 
     sp = sub.add_parser("serve", help="run the language server (stdio by default)")
-    sp.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")
+    sp.add_argument("--tcp", metavar="[HOST:]PORT",
+                    help="listen on TCP instead of stdio (host default 127.0.0.1); needs --token-file or "
+                         "$FSM_COMPLETE_TOKEN, which the client sends as initializationOptions.token")
+    sp.add_argument("--token-file", dest="token_file", metavar="FILE",
+                    help="with --tcp: the token's file (first line; mode 600)")
     sp.add_argument("--http", metavar="HOST:PORT",
                     help="serve llama-server's /infill and OpenAI's /v1/completions over HTTP instead of LSP "
                          "(llama.vscode, llama.vim, Continue, Zed; docs/editors.md); loopback only without --api-key")

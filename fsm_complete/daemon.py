@@ -7,7 +7,14 @@ mypy's ``dmypy`` keeps its state).
   ``daemon status`` says what it runs (exit code 1 when none runs).
 - While one runs, ``complete`` and ``explain`` read the file themselves, send its text and the
   cursor over a Unix socket (:func:`socket_path`: mode 0600 in a 0700 directory) and print the
-  answer, the same text this process would print. ``--no-daemon`` answers in the calling process.
+  answer, the same text this process would print.
+- Only the owner drives it: the socket's folder must be a folder of the user's own, closed to group
+  and others (a folder another user made first, e.g. ``fsm-complete-UID`` in the temporary
+  directory, is refused with a note); both sides check the other's user id (``SO_PEERCRED``) before
+  a byte of the file is sent or answered; a path that exists and is not a socket is never replaced.
+- A daemon that does not answer (stopped with ``SIGSTOP`` or Ctrl-Z) costs a command
+  :data:`PING_TIMEOUT_S`, then a note and an answer in the command's own process; ``status`` and
+  ``stop`` name the process that holds the socket (its pid from ``SO_PEERCRED``), and ``stop`` ends it. ``--no-daemon`` answers in the calling process.
   A daemon started with other model options, or running other code than the command (a ``pip
   install`` or an edit since it started), refuses; the command says why on stderr and answers in
   its own process. A socket nobody listens on (a daemon killed) is passed over silently.
@@ -22,7 +29,9 @@ The protocol, one request per connection: the client writes a JSON object (UTF-8
 writing side; the daemon answers with one JSON object and closes. Requests: ``{"op": "complete",
 "stamp", "settings", "args", "text", "offset", "path"}`` (``offset`` in code points, 0-based),
 ``{"op": "status"}``, ``{"op": "stop"}``. Answers: ``{"rc", "stdout", "stderr"}``, ``{"refused":
-reason}`` or ``{"error": message}`` for a malformed request; the daemon never dies on one.
+reason}`` or ``{"error": message}`` for a malformed request; the daemon never dies on one. Both sides
+write ASCII JSON (``ensure_ascii``): a file name that is not UTF-8 (its bytes as lone surrogates, PEP 383)
+travels as ``\\udcXX`` escapes and arrives unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ import logging
 import os
 import signal
 import socket
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -46,6 +57,7 @@ log = logging.getLogger("fsm_complete.daemon")
 SOCKET_ENV = "FSM_COMPLETE_SOCKET"  # the socket's path, overriding :func:`socket_path`'s choice
 MAX_REQUEST_BYTES = 256 * 2**20
 CONNECT_TIMEOUT_S = 2.0
+PING_TIMEOUT_S = 5.0  # a status request answers at once; a daemon silent this long is stopped or hung
 ANSWER_TIMEOUT_S = 120.0  # a request may wait behind another one; past this the command answers itself
 START_TIMEOUT_S = 300.0
 READ_TIMEOUT_S = 10.0  # a client must have sent its whole request within this time
@@ -106,21 +118,79 @@ def settings_key(settings) -> dict:
 # -- the client side ----------------------------------------------------------------------------------
 
 
+def _folder_problem(folder: Path) -> str | None:
+    """Why the socket folder ``folder`` is not private to this user (None when it is, or is missing):
+    it must be a folder (or the user's own link to one) owned by this user with no group or other
+    permission bits; another user who made it first could listen there and read every file sent."""
+    if not hasattr(os, "getuid"):
+        return None
+    me = os.getuid()
+    try:
+        st = os.lstat(folder)
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid != me:
+                return f"the socket folder {folder} is a link owned by uid {st.st_uid}, not by you (uid {me})"
+            st = os.stat(folder)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder} is not a folder"
+    if st.st_uid != me:
+        return (f"the socket folder {folder} belongs to uid {st.st_uid}, not to you (uid {me}): another user may have "
+                f"made it first; remove it, or set XDG_RUNTIME_DIR or {SOCKET_ENV} to a folder of your own")
+    if st.st_mode & 0o077:
+        return (f"the socket folder {folder} is open to other users (mode {stat.S_IMODE(st.st_mode):o}); "
+                f"`chmod 700 {folder}`")
+    return None
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _peer(sock: socket.socket) -> tuple[int, int] | None:
+    """``(pid, uid)`` of the process at the other end of the Unix socket ``sock`` (``SO_PEERCRED``,
+    Linux); None where the platform does not tell."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    size = struct.calcsize("3i")
+    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, size))
+    return pid, uid
+
+
 def _call(message: dict, timeout: float = ANSWER_TIMEOUT_S) -> dict | None:
-    """Send ``message`` to the daemon and return its answer; None when no daemon listens."""
+    """Send ``message`` to the daemon and return its answer; None when no daemon listens.
+    ``{"refused": reason}`` without sending anything when the socket's folder is not private or
+    another user listens there; ``{"refused": reason, "silent": pid}`` when the daemon does not
+    answer within ``timeout`` s (pid None where the platform cannot tell it)."""
     if not hasattr(socket, "AF_UNIX"):
         return None
     path = socket_path()
-    if not path.exists():
+    if not _is_socket(path):  # nothing there, or a file that is no socket: no daemon of ours
         return None
+    problem = _folder_problem(path.parent)
+    if problem is not None:
+        return {"refused": problem}
+    peer = None
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(CONNECT_TIMEOUT_S)
             sock.connect(str(path))
+            peer = _peer(sock)
+            if peer is not None and hasattr(os, "getuid") and peer[1] != os.getuid():
+                return {"refused": f"the process listening on {path} (pid {peer[0]}) runs as uid {peer[1]}, not as "
+                                   f"you (uid {os.getuid()}); nothing was sent to it"}
             sock.settimeout(timeout)
-            sock.sendall(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+            sock.sendall(json.dumps(message).encode("ascii"))
             sock.shutdown(socket.SHUT_WR)
             data = _read_all(sock, MAX_REQUEST_BYTES)
+    except TimeoutError:
+        pid = peer[0] if peer is not None else None
+        return {"refused": f"the daemon{f' (pid {pid})' if pid else ''} at {path} did not answer within {timeout:.0f} s "
+                           "(stopped with SIGSTOP or Ctrl-Z?); `fsm-complete daemon stop` ends it", "silent": pid}
     except OSError as exc:  # a stale socket (refused), a daemon that went away mid-answer
         log.debug("no daemon at %s: %s", path, exc)
         return None
@@ -133,12 +203,16 @@ def _call(message: dict, timeout: float = ANSWER_TIMEOUT_S) -> dict | None:
 
 def ask(args, settings, text: str, offset: int, path: str | None) -> tuple[int, str, str] | None:
     """``complete``/``explain`` through a running daemon: ``(exit code, stdout, stderr)``, or None
-    when none runs or it refused (the reason then goes to stderr) and the caller answers itself."""
-    if not socket_path().exists():
+    when none runs or it refused (the reason then goes to stderr) and the caller answers itself.
+    A status request first (:data:`PING_TIMEOUT_S`): a stopped daemon is passed over with a note
+    instead of holding the command for :data:`ANSWER_TIMEOUT_S`."""
+    if not _is_socket(socket_path()):
         return None
-    answer = _call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings),
-                    "args": {name: getattr(args, name) for name in _ARGS},
-                    "text": text, "offset": offset, "path": path})
+    answer = _call({"op": "status"}, timeout=PING_TIMEOUT_S)
+    if answer is not None and "pid" in answer:
+        answer = _call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings),
+                        "args": {name: getattr(args, name) for name in _ARGS},
+                        "text": text, "offset": offset, "path": path})
     if answer is None:
         return None
     reason = answer.get("refused") or answer.get("error")
@@ -178,6 +252,9 @@ def _command(args, settings, load_engine, answer) -> int:
         if status is None:
             print(f"fsm-complete daemon: not running (socket {socket_path()})")
             return 1
+        if "pid" not in status:
+            print(f"fsm-complete daemon: {status.get('refused') or status.get('error')}")
+            return 1
         _print_status(status)
         return 0
     if args.action == "stop":
@@ -186,9 +263,13 @@ def _command(args, settings, load_engine, answer) -> int:
 
 
 def _status() -> dict | None:
-    """The running daemon's status (:meth:`Daemon.status`); None when none answers."""
-    status = _call({"op": "status"}, timeout=CONNECT_TIMEOUT_S * 5)
-    return status if status is not None and "pid" in status else None
+    """The running daemon's status (:meth:`Daemon.status`, with ``pid``); ``{"refused": reason}``
+    (and ``silent``: the pid of a daemon that does not answer) when one cannot be asked; None when
+    no daemon listens."""
+    status = _call({"op": "status"}, timeout=PING_TIMEOUT_S)
+    if status is None or "pid" in status or "refused" in status:
+        return status
+    return None
 
 
 def _runs(status: dict, wanted: dict) -> bool:
@@ -207,11 +288,37 @@ def _stop() -> int:
     if status is None:
         print(f"fsm-complete daemon: not running (socket {socket_path()})")
         return 0
-    _call({"op": "stop"}, timeout=CONNECT_TIMEOUT_S * 5)
+    if "pid" not in status:
+        if not status.get("silent"):
+            print(f"fsm-complete daemon: {status['refused']}", file=sys.stderr)
+            return 1
+        return _end_silent(int(status["silent"]))
+    _call({"op": "stop"}, timeout=PING_TIMEOUT_S)
     deadline = time.monotonic() + 10
     while _alive(status["pid"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     print(f"fsm-complete daemon: stopped (pid {status['pid']})")
+    return 0
+
+
+def _end_silent(pid: int) -> int:
+    """End the daemon ``pid`` that holds the socket but does not answer (stopped): SIGTERM and
+    SIGCONT (it removes its socket on the way out), SIGKILL after 10 s. Its user id was checked
+    (``SO_PEERCRED``) when its pid was read."""
+    path = socket_path()
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            break
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    if _is_socket(path) and not _listening(path):
+        path.unlink()  # left by the SIGKILL
+    print(f"fsm-complete daemon: stopped (pid {pid}, which held {path} without answering)")
     return 0
 
 
@@ -226,6 +333,9 @@ def _alive(pid) -> bool:
 def _start(args, settings) -> int:
     wanted = settings_key(settings)
     status = _status()
+    if status is not None and "pid" not in status:
+        print(f"fsm-complete daemon: {status['refused']}", file=sys.stderr)
+        return 1
     if status is not None:
         _print_status(status)
         if not _runs(status, wanted):
@@ -255,7 +365,7 @@ def _start(args, settings) -> int:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             status = _status()
-            if status is not None:  # another start won the race
+            if status is not None and "pid" in status:  # another start won the race
                 _print_status(status)
                 return 0 if _runs(status, wanted) else 1
             print(f"fsm-complete daemon: it exited with code {proc.returncode} while starting; its log "
@@ -285,7 +395,12 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 
 def _private_dir(path: Path) -> None:
+    """Make the socket folder ``path`` (0700); PermissionError when it exists and is not private
+    (:func:`_folder_problem`)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    problem = _folder_problem(path)
+    if problem is not None:
+        raise PermissionError(problem)
 
 
 def _resolved(key):
@@ -424,6 +539,10 @@ class Daemon:
 
     def _connection(self, conn: socket.socket) -> None:
         with conn:
+            peer = _peer(conn)
+            if peer is not None and peer[1] != os.getuid():  # only through a socket folder left open
+                log.warning("refused a connection from pid %d, uid %d (not this daemon's user)", *peer)
+                return
             try:
                 data = _read_all(conn, MAX_REQUEST_BYTES, deadline=time.monotonic() + READ_TIMEOUT_S)
                 request = json.loads(data.decode("utf-8"))
@@ -432,7 +551,7 @@ class Daemon:
             else:
                 answer = self.handle(request)
             try:
-                conn.sendall(json.dumps(answer, ensure_ascii=False).encode("utf-8"))
+                conn.sendall(json.dumps(answer).encode("ascii"))
             except OSError as exc:  # the client went away
                 log.info("could not answer: %s", exc)
 
@@ -455,6 +574,10 @@ def run(args, settings, load_engine, answer) -> int:
     there or the model does not load."""
     path = socket_path()
     _private_dir(path.parent)
+    if os.path.lexists(path) and not _is_socket(path):
+        print(f"fsm-complete daemon: {path} exists and is not a socket; it is left as it is: remove it, or set "
+              f"{SOCKET_ENV} to another path", file=sys.stderr)
+        return 1
     if _listening(path):
         print(f"fsm-complete daemon: one already runs at {path}", file=sys.stderr)
         return 1
@@ -466,8 +589,8 @@ def run(args, settings, load_engine, answer) -> int:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_mask = os.umask(0o177)
     try:
-        if path.exists() and not _listening(path):
-            path.unlink()  # left by a daemon that was killed
+        if _is_socket(path) and not _listening(path):
+            path.unlink()  # left by a daemon that was killed (never a file that is not a socket)
         sock.bind(str(path))
     except OSError as exc:  # another daemon bound it while this one loaded (two starts at once)
         sock.close()
@@ -485,7 +608,7 @@ def run(args, settings, load_engine, answer) -> int:
     finally:
         sock.close()
         try:
-            if path.stat().st_ino == inode:
+            if _is_socket(path) and path.stat().st_ino == inode:
                 path.unlink()
         except OSError:
             pass

@@ -64,6 +64,8 @@ def did_open(ls: FsmCompleteServer, params: types.DidOpenTextDocumentParams) -> 
     doc = ls.documents.open(params.text_document)
     if doc is not None:
         ls.host.warm_document(doc)
+        if ls.project.focus(doc.uri):  # a document of another workspace folder: its own folder's slice
+            ls.project.scan(ls.host, ls.host.engine, ls.settings, ls.documents, doc.uri)
 
 
 @_feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -82,6 +84,12 @@ def did_close(ls: FsmCompleteServer, params: types.DidCloseTextDocumentParams) -
         logger.info("didClose for %s, which is not open: ignored", params.text_document.uri)
 
 
+@_feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
+def did_change_workspace_folders(ls: FsmCompleteServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
+    if ls.project.change_folders(params.event):  # the held slice's folder was removed: forgotten, another read
+        ls.project.scan(ls.host, ls.host.engine, ls.settings, ls.documents)
+
+
 @_feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
 async def did_change_configuration(
     ls: FsmCompleteServer, params: types.DidChangeConfigurationParams
@@ -95,6 +103,8 @@ async def _complete_at(ls: FsmCompleteServer, params, **options):
     doc = ls.documents.get(params.text_document.uri)
     if doc is None:
         return None
+    if ls.project.focus(doc.uri):  # its folder's slice is read for the next request; this one gets none
+        ls.project.scan(ls.host, ls.host.engine, ls.settings, ls.documents, doc.uri)
     cursor = doc.cursor(params.position, ls.position_encoding)
     completion = await ls.host.complete(doc, cursor, **options)
     edit = convert.completion_edit(cursor, completion) if completion is not None else None

@@ -28,7 +28,7 @@ from pygls.lsp.server import LanguageServer
 
 from engine.settings import Settings, from_wire
 from engine.text import scalar_text
-from lsp_server import convert, transport
+from lsp_server import access, convert, transport
 from lsp_server.document import DocumentStore
 from lsp_server.handlers import HANDLERS
 from lsp_server.host import CLIENT_REQUEST_TIMEOUT_S, EngineHost
@@ -117,9 +117,10 @@ class FsmCompleteServer(LanguageServer):
         (stdout's descriptor is kept for the protocol, see :func:`lsp_server.transport.stdio_streams`)."""
         return self._serve(*transport.stdio_streams())
 
-    def serve_tcp(self, host: str, port: int) -> int:
-        """Accept one client on ``host:port`` and serve it; returns the exit code."""
-        with transport.tcp_streams(host, port) as (reader, writer):
+    def serve_tcp(self, host: str, port: int, token: str) -> int:
+        """Serve the first client on ``host:port`` that presents ``token`` (:mod:`lsp_server.access`);
+        returns the exit code."""
+        with transport.tcp_streams(host, port, access.admits(token)) as (reader, writer):
             return self._serve(reader, writer)
 
     def _serve(self, reader: transport.FdReader, writer: transport.Writer) -> int:
@@ -204,7 +205,7 @@ class FsmCompleteServer(LanguageServer):
         self.position_encoding = convert.choose_position_encoding(
             general.position_encodings if general is not None else None
         )
-        options = params.initialization_options
+        options = access.without_token(params.initialization_options)
         if options is not None:
             self.settings, self._settings_problems = from_wire(_section(options), self.settings)
         self.project.set_root(params)
@@ -303,17 +304,20 @@ def configure_logging(level: str, log_file: str | None = None) -> None:
     logging.getLogger("pygls").setLevel(logging.WARNING)
 
 
-def serve(settings: Settings, tcp: tuple[str, int] | None = None, log_file: str | None = None) -> int:
-    """Run the language server on stdio (or one TCP client at ``tcp``) until ``exit`` or end of
-    input. Returns the process exit code: 0 after ``shutdown``, 1 without (LSP 3.17 ``exit``; end
+def serve(settings: Settings, tcp: tuple[str, int] | None = None, log_file: str | None = None,
+          token: str | None = None) -> int:
+    """Run the language server on stdio (or one TCP client at ``tcp`` that presents ``token``,
+    required with ``tcp``: :mod:`lsp_server.access`) until ``exit`` or end of input. Returns the process exit code: 0 after ``shutdown``, 1 without (LSP 3.17 ``exit``; end
     of input counts as ``exit``). Logs go to ``log_file`` or stderr, at ``settings.log_level``.
 
     If a model load or decode thread is still running at that point (it cannot be interrupted),
     the process exits right here with that code (``os._exit``) instead of returning.
     """
+    if tcp is not None and not token:
+        raise ValueError("serve: a TCP server needs a token (lsp_server.access)")
     configure_logging(settings.log_level, log_file)
     server = FsmCompleteServer(settings)
-    code = server.serve_tcp(*tcp) if tcp is not None else server.serve_stdio()
+    code = server.serve_tcp(*tcp, token) if tcp is not None else server.serve_stdio()
     if server.host.busy_threads:
         # A model load or decode is still running on a daemon thread; letting the interpreter
         # finalize under it can abort the process (and lose the exit code). Leave right away.

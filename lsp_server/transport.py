@@ -2,7 +2,8 @@
 
 :func:`read_bodies` turns a byte stream into message bodies (``Content-Length`` header, blank line,
 body); :class:`Writer` writes framed responses from any thread. :func:`stdio_streams` and
-:func:`tcp_streams` open the two channels. Nothing here knows JSON-RPC or LSP methods.
+:func:`tcp_streams` open the two channels. Nothing here knows JSON-RPC or LSP methods: a TCP
+client is admitted by a predicate on its first message body that the server hands in.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
+import time
 import sys
 import threading
 from collections.abc import Iterator
@@ -47,10 +50,15 @@ class FdReader:
         self._fd = fd
         self._buffer = bytearray()
         self._eof = False
+        self.deadline: float | None = None  # a time.monotonic() after which a read raises TimeoutError
 
     def _fill(self) -> bool:
         if self._eof:
             return False
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([self._fd], [], [], left)[0]:
+                raise TimeoutError("no message in time")
         chunk = os.read(self._fd, 65536)
         if not chunk:
             self._eof = True
@@ -74,34 +82,45 @@ class FdReader:
         del self._buffer[:n]
         return data
 
+    def unread(self, data: bytes) -> None:
+        """Put ``data`` back in front of what is still to be read."""
+        self._buffer[:0] = data
+
+
+def read_body(stream: FdReader, limit: int | None = None) -> bytes | None:
+    """The next LSP base-protocol message body (``Content-Length`` header, blank line, body) from
+    ``stream``; None at end of input or when the body is over ``limit`` bytes. A header block without
+    a valid ``Content-Length`` is logged and skipped."""
+    while True:
+        length: int | None = None
+        seen_header = False
+        while True:
+            line = stream.readline()
+            if not line:
+                return None
+            if not line.strip():
+                if seen_header:
+                    break
+                continue  # stray blank line between messages
+            seen_header = True
+            name, _, value = line.decode("ascii", "replace").partition(":")
+            if name.strip().lower() == "content-length":
+                value = value.strip()
+                length = int(value) if value.isdigit() else None
+        if length is None:
+            logger.warning("message without a valid Content-Length header skipped")
+            continue
+        if limit is not None and length > limit:
+            return None
+        body = stream.read(length)
+        return body if len(body) == length else None
+
 
 def read_bodies(stream: FdReader, deliver: Callable[[bytes | None], None]) -> None:
-    """Read LSP base-protocol messages (``Content-Length`` header, blank line, body) from
-    ``stream`` until end of input, calling ``deliver(body)`` for each and ``deliver(None)`` at the end.
-    A header block without a valid ``Content-Length`` is logged and skipped."""
+    """Read LSP base-protocol messages from ``stream`` (:func:`read_body`) until end of input,
+    calling ``deliver(body)`` for each and ``deliver(None)`` at the end."""
     try:
-        while True:
-            length: int | None = None
-            seen_header = False
-            while True:
-                line = stream.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    if seen_header:
-                        break
-                    continue  # stray blank line between messages
-                seen_header = True
-                name, _, value = line.decode("ascii", "replace").partition(":")
-                if name.strip().lower() == "content-length":
-                    value = value.strip()
-                    length = int(value) if value.isdigit() else None
-            if length is None:
-                logger.warning("message without a valid Content-Length header skipped")
-                continue
-            body = stream.read(length)
-            if len(body) < length:
-                return
+        while (body := read_body(stream)) is not None:
             deliver(body)
     except (OSError, ValueError) as exc:
         logger.info("input closed: %s", exc)
@@ -125,13 +144,34 @@ def stdio_streams() -> tuple[FdReader, Writer]:
     return stdin, Writer(out)
 
 
+ADMIT_TIMEOUT_S = 10.0  # a TCP client must have sent its first message within this time
+ADMIT_MAX_BYTES = 1 << 20  # ... of at most this size
+
+
 @contextlib.contextmanager
-def tcp_streams(host: str, port: int) -> Iterator[tuple[FdReader, Writer]]:
-    """Accept one client on ``host:port`` (port 0: any free port, logged) and yield ``(reader, writer)``
-    over its connection; the connection is closed on leaving."""
+def tcp_streams(host: str, port: int, admit: Callable[[bytes], bool]) -> Iterator[tuple[FdReader, Writer]]:
+    """Accept clients on ``host:port`` (port 0: any free port, logged) until one whose first message
+    body ``admit`` accepts (the server checks its token), and yield ``(reader, writer)`` over that
+    connection, the first message still to be read; the connection is closed on leaving. A client
+    refused, silent for :data:`ADMIT_TIMEOUT_S` or sending more than :data:`ADMIT_MAX_BYTES` first
+    is closed without a byte written to it."""
     with socket.create_server((host, port)) as listener:
         logger.info("listening on %s:%d", host, listener.getsockname()[1])
-        conn, address = listener.accept()
+        while True:
+            conn, address = listener.accept()
+            reader = FdReader(conn.fileno())
+            reader.deadline = time.monotonic() + ADMIT_TIMEOUT_S
+            try:
+                body = read_body(reader, ADMIT_MAX_BYTES)
+            except (OSError, ValueError) as exc:
+                body = None
+                logger.info("client %s: %s", address, exc)
+            if body is not None and admit(body):
+                break
+            logger.warning("refused a TCP client from %s: its first message carried no valid token", address)
+            conn.close()
+    reader.deadline = None
+    reader.unread(b"Content-Length: %d\r\n\r\n" % len(body) + body)
     logger.info("client connected from %s", address)
     with conn, conn.makefile("wb") as writer:
-        yield FdReader(conn.fileno()), Writer(writer)
+        yield reader, Writer(writer)
