@@ -192,9 +192,11 @@ INIT = {"processId": None, "rootUri": None, "capabilities": {}}
 
 async def test_tcp_transport():
     """``--tcp HOST:0`` serves one client on a free port (announced in the log) until exit."""
+    token = "tcp-transport-test-token-0123456789"  # only the owner drives a TCP server (lsp_server/access.py)
     proc = await asyncio.create_subprocess_exec(
         *SERVER.server_command, "--tcp", "127.0.0.1:0",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=SERVER.server_env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**SERVER.server_env, "FSM_COMPLETE_TOKEN": token},
     )
     try:
         async def read_port() -> int:
@@ -205,7 +207,8 @@ async def test_tcp_transport():
 
         port = await asyncio.wait_for(read_port(), 60)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        init = await asyncio.wait_for(_call(reader, writer, 1, "initialize", INIT), 60)
+        init = await asyncio.wait_for(_call(reader, writer, 1, "initialize",
+                                            {**INIT, "initializationOptions": {"token": token}}), 60)
         assert init["result"]["capabilities"]["positionEncoding"] == "utf-16"
         assert (await asyncio.wait_for(_call(reader, writer, 2, "shutdown"), 60))["result"] is None
         await _exit(writer)

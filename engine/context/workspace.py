@@ -70,14 +70,18 @@ def _spec(gitignore: Path):
 def _outer_rules(root: Path) -> list[tuple[Path, object]]:
     """The ignore rules that apply to ``root`` from above it, as git applies them when ``root`` is in
     a repository (whose git is missing or failed): ``.git/info/exclude`` of the repository's top and
-    the ``.gitignore`` files of the folders from the top down to ``root``'s parent, each with its base."""
+    the ``.gitignore`` files of the folders from the top down to ``root``'s parent, each with its base;
+    none when those rules ignore ``root`` itself (as :func:`_git_files`: it is its own project)."""
     root = root.absolute()
     top = next((p for p in (root, *root.parents) if (p / ".git").exists()), None)
     if top is None:
         return []
     rules = [(top, _spec(top / ".git" / "info" / "exclude"))]
     rules += [(p, _spec(p / ".gitignore")) for p in reversed(root.parents) if p == top or top in p.parents]
-    return [(base, spec) for base, spec in rules if spec is not None]
+    rules = [(base, spec) for base, spec in rules if spec is not None]
+    if _ignored(root, True, rules):  # a folder the repository ignores, opened on its own: its own project
+        return []
+    return rules
 
 
 def _ignored(path: Path, is_dir: bool, rules: list[tuple[Path, object]]) -> bool:
