@@ -127,7 +127,7 @@ class NamesMonitor:
     # -- knowledge ---------------------------------------------------------------------------------
 
     def is_bound(self, name: str) -> bool:
-        return name in self.known or name in self.bound or "\x80" in name
+        return name in self.known or name in self.bound or not name.isascii()  # PEP 3131 names: not judged
 
     def _refuse(self, name: str) -> Refusal | None:
         if self.is_bound(name):
