@@ -329,7 +329,7 @@ class _RegionJudge:
             return Issue("tree-sitter", where, f"ERROR nodes {self.e0}->{e1}, MISSING nodes {self.m0}->{m1}"), span
         if span is None:
             return None, None
-        if _depth(source) > self.depth0:  # whatever CPython version judges it (3.11 fails earlier on ``type X``)
+        if 0 <= self.depth0 < _depth(source):  # whatever CPython version judges it (3.11 fails earlier on ``type X``)
             return Issue("compile", where, "a bracket the completion opened is never closed"), span
         if self.base_error is None:
             return Issue("compile", where, "the region no longer compiles"), span
@@ -349,10 +349,12 @@ class _RegionJudge:
 
 def _depth(source: str) -> int:
     """The bracket depth at the end of ``source`` (the tolerant scanner: strings and comments hold
-    none). A completion that leaves it deeper left a bracket open, which no text after it closes."""
+    none); -1 when it ends inside a string (a triple-quoted one may run past the region: not
+    judged). A completion that leaves it deeper left a bracket open, which no text after it closes."""
     from .lexing.scanner import scan_once
 
-    return scan_once(source).depth
+    sc = scan_once(source)
+    return sc.depth if sc.context != "string" else -1
 
 
 def _local(text: str) -> bool:
