@@ -77,7 +77,7 @@ class GenerationSettings:
     # speculative decoding from the text itself (engine/speculate.py): greedy decoding (temperature 0) verifies up
     # to ``draft_tokens`` ids guessed from the prompt and the project context in one forward pass; same output
     speculative: bool = True
-    draft_tokens: int = _at_most(4, 256)
+    draft_tokens: int = _at_most(4, 16)
 
 
 @dataclass

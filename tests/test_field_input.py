@@ -68,6 +68,24 @@ def test_d20_settings_past_their_limit_fall_back_with_a_problem(section, key, va
     assert f"(default {default!r} used)" in problems[0]
 
 
+def test_d20_every_limit_is_the_editor_settings_maximum():
+    """The VS Code extension contributes the same bounds (vscode-extension/package.json), so the
+    editor flags a value the server would replace."""
+    import dataclasses
+    from pathlib import Path
+
+    from engine.settings import Settings, _camel
+
+    contributed = json.loads((Path(__file__).parent.parent / "vscode-extension" / "package.json").read_text())
+    properties = contributed["contributes"]["configuration"]["properties"]
+    limits = {f"fsmComplete.{section.name}.{_camel(f.name)}": f.metadata["max"]
+              for section in dataclasses.fields(Settings) if section.default_factory is not dataclasses.MISSING
+              for f in dataclasses.fields(section.default_factory()) if "max" in f.metadata}
+    assert "fsmComplete.generation.seed" in limits
+    for key, limit in limits.items():
+        assert properties[key].get("maximum") == limit, key
+
+
 def test_d20_largest_seed_setting_is_kept():
     settings, problems = from_wire({"generation": {"seed": SEED_MAX}})
     assert (settings.generation.seed, problems) == (SEED_MAX, [])
