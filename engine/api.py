@@ -149,14 +149,27 @@ class CompletionRequest:
 
     def __post_init__(self):
         """Raises ``ValueError`` for a budget below 1 token, a temperature that is not a finite number
-        >= 0, or a ``top_p`` outside (0, 1] (a NaN reached sampling as a torch error before); None
+        >= 0, a seed outside 0 ... 2**64 - 1 (:func:`check_seed`), or a ``top_p`` outside (0, 1] (a NaN reached sampling as a torch error before); None
         means the settings' value."""
         if self.max_tokens is not None:
             check_max_tokens(self.max_tokens)
         if self.temperature is not None:
             check_temperature(self.temperature)
+        check_seed(self.seed)
         if self.top_p is not None and not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 64-bit seeds; a larger one raised mid-request
+
+
+def check_seed(value: int) -> int:
+    """``value`` as a sampling seed; raises ``ValueError`` unless it is a whole number from 0 to
+    :data:`SEED_MAX` (the one rule for the engine's requests, the CLI's ``--seed`` and the
+    ``generation.seed`` setting)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MAX:
+        raise ValueError(f"seed must be a whole number from 0 to {SEED_MAX} (2**64 - 1), got {value!r}")
+    return value
 
 
 def check_max_tokens(value: int) -> int:

@@ -44,7 +44,7 @@ from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
-FSM_VERSION = 8  # bump when the automaton's behaviour or the cache format changes: invalidates disk caches
+FSM_VERSION = 9  # bump when the automaton's behaviour or the cache format changes: invalidates disk caches
 
 
 class TokenIndex:

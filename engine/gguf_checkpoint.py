@@ -76,16 +76,22 @@ class GgufCheckpoint:
 def read_checkpoint(path: Path) -> GgufCheckpoint:
     """Read the metadata and tensor table of the GGUF file ``path`` (transformers' GGUF reader: a
     memory map walked with ``struct``; the ``gguf`` package's ``GGUFReader`` takes seconds per
-    100k-token vocabulary). Raises ModelError when it is not a readable GGUF file (naming the fix for
-    a truncated or corrupt download), holds a tensor type nothing here dequantises, or its
-    architecture is not one of :data:`ARCHITECTURES`."""
+    100k-token vocabulary). Every value is checked before anything is built from it
+    (:mod:`engine.gguf_checks`: types, ranges, head counts, the tensor table against the declared
+    sizes), for the torch and the llama.cpp engine alike. Raises ModelError when it is not a readable
+    GGUF file (naming the fix for a truncated or corrupt download), a value or tensor is out of
+    place (naming the key), it holds a tensor type nothing here dequantises, or its architecture is
+    not one of :data:`ARCHITECTURES`."""
     from transformers.integrations.gguf.reader import GgufHeader, read_gguf_metadata
+
+    from .gguf_checks import check_metadata, check_tensor_table
 
     path = Path(path)
     size = path.stat().st_size
     try:
-        header = GgufHeader.from_file(str(path))
         metadata, _ = read_gguf_metadata(str(path), STRING_ARRAYS)
+        check_metadata(path, metadata)  # before the header: it divides by general.alignment
+        header = GgufHeader.from_file(str(path))
     except ValueError as exc:
         if "ggml type" in str(exc):
             raise ModelError(f"{path}: {exc} Choose a file quantised as Q8_0, Q6_K, Q5_K_M, Q4_K_M or F16") from exc
@@ -107,6 +113,7 @@ def read_checkpoint(path: Path) -> GgufCheckpoint:
     ckpt.name = str(ckpt.value("general.name", "") or path.stem)
     ckpt.file_type = _file_type(ckpt)
     ckpt.config = hf_config(ckpt)
+    check_tensor_table(path, metadata, header.tensors, ckpt.config)
     return ckpt
 
 

@@ -347,7 +347,8 @@ class LlamaDecoder:
         """Make the cache hold positions ``0 ... end - 1``: grow it (doubling, at most
         :attr:`capacity`) and keep the cached ones. Raises ValueError past the capacity."""
         if end > self.capacity:
-            raise ValueError(f"{end} positions do not fit the KV cache ({self.capacity} tokens, the model window)")
+            raise ValueError(f"{end} positions do not fit the KV cache ({self.capacity} tokens: the model window, or "
+                             "the positions the engine asked for at load)")
         allocated = self.kv.shape[4]
         if end > allocated:
             grown = self._new_cache(min(self.capacity, max(end, 2 * allocated)))

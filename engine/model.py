@@ -293,14 +293,15 @@ def shape_mismatches(path: Path, limit: int = 3) -> str | None:
             "config.json saved with these weights beside them")
 
 
-def load_own_decoder(path: Path, dev, dt):
-    """The own Llama-family decoder (:mod:`engine.llama`) for ``path``, or None when the checkpoint
-    is not one it runs (another ``model_type``, RoPE type, activation, ...) or its weights do not load
-    (transformers then loads it, with its own error messages)."""
+def load_own_decoder(path: Path, dev, dt, capacity: int = 0):
+    """The own Llama-family decoder (:mod:`engine.llama`) for ``path``, its RoPE tables and KV cache
+    for ``capacity`` positions (0: the model window), or None when the checkpoint is not one it runs
+    (another ``model_type``, RoPE type, activation, ...) or its weights do not load (transformers
+    then loads it, with its own error messages)."""
     from .llama import UnsupportedArchitecture, load_decoder
 
     try:
-        return load_decoder(path, dev, dt)
+        return load_decoder(path, dev, dt, capacity)
     except UnsupportedArchitecture as exc:
         log.info("%s runs on transformers: %s", path.name, exc)
     except Exception as exc:  # noqa: BLE001 (transformers reports a broken checkpoint better)
@@ -317,8 +318,10 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
     (:mod:`engine.llama`) and others on transformers; ``"transformers"`` always uses transformers for
     checkpoint directories. ``prefill_dtype``: the own decoder's prompt prefill
     (:func:`resolve_prefill_dtype`). ``backend``: the engine (:mod:`engine.backends`; ``auto``: a GGUF
-    file on llama.cpp on the CPU when llama-cpp-python is installed); ``n_ctx``: the positions
-    llama.cpp's context holds (prompt + completion + a draft, tokens). Raises ModelError."""
+    file on llama.cpp on the CPU when llama-cpp-python is installed); ``n_ctx``: the positions a
+    request uses (prompt + completion + a draft, tokens): what llama.cpp's context holds and the own
+    decoder allocates its RoPE tables and KV cache for (at most the model window; a file declaring a
+    window of a million positions costs no more than one declaring 4k). Raises ModelError."""
     import torch
 
     from .backends import check_engine, gguf_engine
@@ -334,7 +337,7 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
         dt = resolve_dtype(dtype, dev)
         if gguf_engine(engine, dev) == "llama-cpp":
             return _load_llama_cpp(path, source.name, threads, n_ctx)
-        return _set_prefill_dtype(_load_gguf(path, source.name, dev, dt, threads, decoder), prefill_dtype)
+        return _set_prefill_dtype(_load_gguf(path, source.name, dev, dt, threads, decoder, n_ctx), prefill_dtype)
     check_model_dir(path)
     if engine == "llama-cpp":
         raise ModelError(f"model.backend \"llama-cpp\" runs GGUF files and {path} is a checkpoint directory; set "
@@ -343,7 +346,7 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
     dt = resolve_dtype(dtype, dev)
     if decoder not in DECODERS:
         raise ModelError(f"unknown decoder {decoder!r}; use \"auto\" or \"transformers\"")
-    own = load_own_decoder(path, dev, dt) if decoder == "auto" else None
+    own = load_own_decoder(path, dev, dt, n_ctx) if decoder == "auto" else None
     if own is not None:
         return _set_prefill_dtype(_finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions,
                                           own.parameters, threads, path=str(path)), prefill_dtype)
@@ -377,9 +380,10 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
     return _finish(model, tokenizer, dev, dt, path.name, window, n_params, threads, path=str(path))
 
 
-def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str) -> LoadedModel:
-    """A GGUF file on the own decoder, its tokenizer and FIM markers from its metadata (the
-    ``decoder`` setting does not apply: transformers is not used for GGUF files). Raises ModelError."""
+def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str, n_ctx: int = 0) -> LoadedModel:
+    """A GGUF file on the own decoder (RoPE tables and KV cache for ``n_ctx`` positions; 0: the
+    window), its tokenizer and FIM markers from its metadata (the ``decoder`` setting does not apply:
+    transformers is not used for GGUF files). Raises ModelError."""
     import torch
 
     from . import gguf_checkpoint as gg
@@ -392,7 +396,7 @@ def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str) -> Lo
     ckpt = gg.read_checkpoint(path)
     tokenizer = gg.load_tokenizer(ckpt)
     try:
-        model = gg.load_decoder(ckpt, dev, dt)
+        model = gg.load_decoder(ckpt, dev, dt, n_ctx)
     except (RuntimeError, torch.OutOfMemoryError) as exc:
         raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model or device \"cpu\"") from exc
     fim = gg.declared_fim_tokens(ckpt, ckpt.value("tokenizer.ggml.tokens"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from .errors import ModelError
 OLLAMA_PREFIX = "ollama:"
 OLLAMA_REGISTRY = "registry.ollama.ai"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+DIGEST = re.compile(r"sha256[:-][0-9a-fA-F]{64}")  # as Ollama checks it (server/modelpath.go); the blob: blobs/sha256-<hex>
+MAX_MANIFEST_BYTES = 1 << 20  # Ollama's manifests are under 1 kB
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,9 @@ def _manifest_path(store: Path, spec: str) -> tuple[Path, str]:
 
 
 def resolve_ollama(spec: str, store: Path | None = None) -> ModelSource:
-    """The GGUF blob of the Ollama model ``NAME[:TAG]`` in the local store (:func:`ollama_models_dir`).
-    Raises ModelError naming the fix when the store, the model, the tag or its blob is missing."""
+    """The GGUF blob of the Ollama model ``NAME[:TAG]`` in the local store (:func:`ollama_models_dir`),
+    which must lie in the store's ``blobs/`` folder. Raises ModelError naming the fix when the store,
+    the model, the tag or its blob is missing, or the manifest is malformed (:func:`_model_digest`)."""
     store = store or ollama_models_dir()
     manifest, canonical = _manifest_path(store, spec)
     if not manifest.is_file():
@@ -74,19 +78,58 @@ def resolve_ollama(spec: str, store: Path | None = None) -> ModelSource:
                              f"(tags here: {', '.join(tags)}); `ollama pull {canonical}` or use one of those tags")
         raise ModelError(f"Ollama has no model {canonical} in {store}; `ollama pull {canonical}` first "
                          "(`ollama list` shows what is there)")
+    digest = _model_digest(manifest, canonical)
+    blobs = store / "blobs"
+    blob = blobs / digest.replace(":", "-", 1)
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        digest = next(layer["digest"] for layer in data["layers"] if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
-    except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
-        raise ModelError(f"the Ollama manifest {manifest} names no model layer ({OLLAMA_MODEL_LAYER}); "
-                         f"`ollama pull {canonical}` again") from exc
-    algorithm, _, value = str(digest).partition(":")
-    if not value or not value.isalnum():
-        raise ModelError(f"the Ollama manifest {manifest} has a malformed digest {digest!r}; `ollama pull {canonical}` again")
-    blob = store / "blobs" / f"{algorithm}-{value}"
-    if not blob.is_file():
+        inside = blob.resolve(strict=True).is_relative_to(blobs.resolve(strict=True))
+    except (OSError, RuntimeError):  # missing, or a loop of links
+        inside = None
+    if inside is None or not blob.is_file():
         raise ModelError(f"the Ollama blob {blob} of {canonical} is missing; `ollama pull {canonical}` again")
+    if not inside:
+        raise ModelError(f"the Ollama blob {blob} of {canonical} is a link to {blob.resolve()}, outside the store's "
+                         f"blobs/ folder; remove it and `ollama pull {canonical}` again")
     return ModelSource(blob, f"{OLLAMA_PREFIX}{canonical}")
+
+
+def _model_digest(manifest: Path, canonical: str) -> str:
+    """The ``sha256:<64 hex>`` digest of the model layer of the Ollama manifest ``manifest``, every
+    field read checked for its type (the manifest is input: a digest such as ``../../elsewhere``
+    would name a file outside the store). Raises ModelError naming the field and the fix."""
+    again = f"`ollama pull {canonical}` again"
+    try:
+        if manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ModelError(f"the Ollama manifest {manifest} is over {MAX_MANIFEST_BYTES:,} bytes, not a manifest; "
+                             f"{again}")
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"the Ollama manifest {manifest} is not readable JSON ({exc}); {again}") from exc
+
+    def bad(field: str, value, wanted: str) -> ModelError:
+        return ModelError(f"the Ollama manifest {manifest} has {field} = {value!r:.80}, not {wanted}; {again}")
+
+    if not isinstance(data, dict):
+        raise bad("its top level", data, "an object")
+    for field, kind, wanted in (("schemaVersion", int, "an integer"), ("mediaType", str, "a string"),
+                                ("config", dict, "an object"), ("layers", list, "a list")):
+        if field in data and (not isinstance(data[field], kind) or isinstance(data[field], bool)):
+            raise bad(field, data[field], wanted)
+    digest = None
+    for i, layer in enumerate(data.get("layers") or []):
+        if not isinstance(layer, dict):
+            raise bad(f"layers[{i}]", layer, "an object")
+        for field, kind, wanted in (("mediaType", str, "a string"), ("digest", str, "a string"),
+                                    ("size", int, "an integer")):
+            if field in layer and (not isinstance(layer[field], kind) or isinstance(layer[field], bool)):
+                raise bad(f"layers[{i}].{field}", layer[field], wanted)
+        if layer.get("mediaType") == OLLAMA_MODEL_LAYER and digest is None:
+            digest = layer.get("digest")
+            if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+                raise bad(f"layers[{i}].digest", digest, "sha256:<64 hexadecimal digits>")
+    if digest is None:
+        raise ModelError(f"the Ollama manifest {manifest} names no model layer ({OLLAMA_MODEL_LAYER}); {again}")
+    return digest
 
 
 def resolve_model(setting: str | os.PathLike, default: Path) -> ModelSource:

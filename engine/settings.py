@@ -29,6 +29,13 @@ def default_cache_dir() -> Path:
     return Path(base) / "fsm-complete"
 
 
+def _at_most(default: int, maximum: int):
+    """A numeric setting that ends in a machine integer (a torch seed, llama.cpp's context size, a
+    thread count): above ``maximum`` (1e20 is valid JSON) it falls back to its default with a
+    problem (:func:`from_wire`), instead of overflowing in the middle of a request."""
+    return field(default=default, metadata={"max": maximum})
+
+
 @dataclass
 class ModelSettings:
     path: str = ""  # empty: the embedded default model | checkpoint directory | FILE.gguf | "ollama:NAME[:TAG]"
@@ -41,8 +48,8 @@ class ModelSettings:
     # dtype) | "bfloat16" | "float32"
     prefill_dtype: str = "auto"
     fim_template: str = "auto"  # "auto" | "fsm-complete" | "starcoder" | "qwen" | "deepseek" | "codellama"
-    context_tokens: int = 1024  # prompt budget (tokens), capped by the model window
-    threads: int = 0  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)
+    context_tokens: int = _at_most(1024, 1 << 22)  # prompt budget (tokens), capped by the model window
+    threads: int = _at_most(0, 4096)  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)
     decoder: str = "auto"  # "auto": own decoder for Llama/Qwen2/Mistral (engine/llama.py), else transformers | "transformers"
     # the engine (engine/backends/): "auto" (a GGUF file on llama.cpp when llama-cpp-python is installed
     # and the device is the CPU, everything else on torch) | "torch" (the own decoder, or transformers) |
@@ -55,22 +62,22 @@ class ModelSettings:
 
 @dataclass
 class GenerationSettings:
-    max_tokens: int = 48
-    max_tokens_multiline: int = 96
+    max_tokens: int = _at_most(48, 1 << 16)
+    max_tokens_multiline: int = _at_most(96, 1 << 16)
     temperature: float = 0.0  # 0: greedy
     # decode again (at most this many times) when a constrained completion decoded code that finishing
     # refused or pyflakes blamed, banning the token that led there (engine.complete.Engine._retry)
-    retries: int = 3
+    retries: int = _at_most(3, 1000)
     top_p: float = 0.95
     multiline: str = "auto"  # "auto" | "always" | "never"
-    seed: int = 0
+    seed: int = _at_most(0, 2**64 - 1)  # torch's generators take 64-bit seeds (engine.api.check_seed)
     # the confidence gate: a completion whose confidence (geometric mean of its tokens' probabilities, 0..1)
     # is below this is not shown; calibrated on held-out bench tasks (docs/benchmarks.md); 0 shows everything
     min_confidence: float = 0.0
     # speculative decoding from the text itself (engine/speculate.py): greedy decoding (temperature 0) verifies up
     # to ``draft_tokens`` ids guessed from the prompt and the project context in one forward pass; same output
     speculative: bool = True
-    draft_tokens: int = 4
+    draft_tokens: int = _at_most(4, 16)
 
 
 @dataclass
@@ -96,8 +103,8 @@ class ContextSettings:
     cache_weight: float = 0.85  # the mixture weight at full cache confidence (scaled by the confidence per step)
     open_documents: bool = True  # the other open documents are a scope
     workspace: bool = True  # a slice of the workspace's Python files is a scope (.gitignore respected)
-    workspace_files: int = 100  # at most this many files in the workspace slice, nearest first
-    workspace_bytes: int = 400_000  # ... and at most this many bytes
+    workspace_files: int = _at_most(100, 1 << 20)  # at most this many files in the workspace slice, nearest first
+    workspace_bytes: int = _at_most(400_000, 1 << 40)  # ... and at most this many bytes
 
 
 @dataclass
@@ -131,7 +138,7 @@ def from_wire(data, base: Settings | None = None) -> tuple[Settings, list[str]]:
     """Parse camelCase (or snake_case) settings over ``base``; returns ``(settings, problems)``.
 
     Settings absent from ``data`` keep their value in ``base``; a rejected one (wrong type, negative
-    number, unknown section shape) falls back to its default (``Settings()``), not to its value in
+    number, a number past its limit (:func:`_at_most`: ``generation.seed`` 1e20), unknown section shape) falls back to its default (``Settings()``), not to its value in
     ``base``, and each problem says so: what the server reports is what it does."""
     settings = dataclasses.replace(base) if base is not None else Settings()
     problems: list[str] = []
@@ -164,6 +171,9 @@ def _merge(obj, data, path: str, problems: list[str], defaults) -> None:
             setattr(obj, name, child)
             continue
         parsed, expected = _parse(current, value)
+        limit = fields[name].metadata.get("max")
+        if expected is None and limit is not None and parsed > limit:
+            parsed, expected = None, f"a number from 0 to {limit:,}"
         if expected is None:
             setattr(obj, name, parsed)
         else:

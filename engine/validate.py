@@ -293,7 +293,8 @@ class _RegionJudge:
     CPython's first error lies inside the inserted text (or right after it) while the region either
     compiled without it or failed only at or after the cursor (the user's unfinished text there), or
     when the region failed before the cursor and the candidate moved CPython's first error into the
-    inserted text.
+    inserted text, or when the region ends deeper in brackets with it than without it (a bracket
+    it opened is never closed; judged by the tolerant scanner, for every Python version).
     A new block opener at the end of the buffer is judged with a stand-in body.
     """
 
@@ -302,6 +303,7 @@ class _RegionJudge:
         self.e0, self.m0 = count_syntax_errors(self.rp + self.rs)
         self.base_error = first_error(self.rp + self.rs)
         self.cursor = len(self.rp)
+        self.depth0 = _depth(self.rp + self.rs)
         self._checked: dict[str, tuple[Issue | None, tuple[int, int] | None]] = {}
 
     def check(self, text: str) -> tuple[Issue | None, tuple[int, int] | None]:
@@ -327,6 +329,8 @@ class _RegionJudge:
             return Issue("tree-sitter", where, f"ERROR nodes {self.e0}->{e1}, MISSING nodes {self.m0}->{m1}"), span
         if span is None:
             return None, None
+        if 0 <= self.depth0 < _depth(source):  # whatever CPython version judges it (3.11 fails earlier on ``type X``)
+            return Issue("compile", where, "a bracket the completion opened is never closed"), span
         if self.base_error is None:
             return Issue("compile", where, "the region no longer compiles"), span
         if self.base_error >= self.cursor and span[0] <= self.cursor + len(text):
@@ -341,6 +345,16 @@ class _RegionJudge:
             # R3's kind: the line goes on into the deeper lines with a "(" that their "}" does not close
             return Issue("compile", where, "a bracket the completion opened is closed by another kind"), span
         return None, span  # the error lies past the insertion, or is an unrelated one before the cursor
+
+
+def _depth(source: str) -> int:
+    """The bracket depth at the end of ``source`` (the tolerant scanner: strings and comments hold
+    none); -1 when it ends inside a string (a triple-quoted one may run past the region: not
+    judged). A completion that leaves it deeper left a bracket open, which no text after it closes."""
+    from .lexing.scanner import scan_once
+
+    sc = scan_once(source)
+    return sc.depth if sc.context != "string" else -1
 
 
 def _local(text: str) -> bool:

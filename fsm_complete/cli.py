@@ -119,21 +119,23 @@ def read_location(args) -> tuple[int, str | None, int, str | None]:
     except ValueError as exc:
         print(f"fsm-complete {args.command}: {exc}", file=sys.stderr)
         return 2, None, 0, None
+    stdin = file == "-"
+    shown = "<stdin>" if stdin else file  # as CPython names it in tracebacks
     try:
-        if file in ("-", STDIN):
+        if stdin:
             data = sys.stdin.buffer.read()
         else:
             data = Path(file).read_bytes()
         text = decode_source(data)  # PEP 263 / 3120, as CPython reads the file
     except (OSError, ValueError) as exc:
-        print(f"fsm-complete {args.command}: cannot read {file}: {exc}", file=sys.stderr)
+        print(f"fsm-complete {args.command}: cannot read {shown}: {exc}", file=sys.stderr)
         return 2, None, 0, None
     lines = len(_LINE_BREAK.split(text))  # the line after a final line break counts (the cursor may be there)
     if line > lines:
-        print(f"fsm-complete {args.command}: line {line} is past the end of {file} "
+        print(f"fsm-complete {args.command}: line {line} is past the end of {shown} "
               f"({lines} line{'s' if lines != 1 else ''})", file=sys.stderr)
         return 2, None, 0, None
-    return 0, text, offset_of(text, line, col), None if file in ("-", STDIN) else str(Path(file).resolve())
+    return 0, text, offset_of(text, line, col), None if stdin else str(Path(file).resolve())
 
 
 def command_settings(args):
@@ -375,9 +377,9 @@ def _checked(convert, check):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.api import check_max_tokens, check_temperature
+    from engine.api import check_max_tokens, check_seed, check_temperature
 
-    p = argparse.ArgumentParser(prog="fsm-complete", description="FSM-constrained Python code completion")
+    p = _Parser(prog="fsm-complete", description="FSM-constrained Python code completion")
     p.add_argument("--log-level", help="debug, info, warning, error (stderr; serve: also window/logMessage)")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -425,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-tokens", type=_checked(int, check_max_tokens),
                     help="token budget (at least 1; default: the settings')")
     sp.add_argument("--temperature", type=_checked(float, check_temperature), help="0 (default) greedy; above 0 samples")
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=_checked(int, check_seed), default=0,
+                    help="the sampling seed (temperature above 0): a whole number from 0 to 2**64 - 1")
     ml = sp.add_mutually_exclusive_group()
     ml.add_argument("--multiline", dest="multiline", action="store_true", default=None)
     ml.add_argument("--single-line", dest="multiline", action="store_false")
@@ -484,7 +487,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-STDIN = "\x00stdin"  # stands for FILE "-" while argparse reads the arguments
+STDIN = "\x00stdin"  # stands for FILE "-" while argparse reads the arguments; never printed
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its messages naming ``-`` where the arguments held :data:`STDIN` (its
+    subcommands' parsers are of the same class)."""
+
+    def error(self, message: str):
+        super().error(message.replace(STDIN, "-"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -492,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     # ``-:LINE:COL`` would look like an option to argparse
     argv = [STDIN + a[1:] if a.startswith("-:") else a for a in argv]
     args = build_parser().parse_args(argv)
+    if getattr(args, "location", "").startswith(STDIN):  # back to what the user wrote, for every message after
+        args.location = "-" + args.location[len(STDIN):]
     logging.basicConfig(level=getattr(logging, str(args.log_level or "warning").upper(), logging.WARNING), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -11,6 +11,7 @@ transformers' own GGUF loader reads these files to the same logits (tests/test_g
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +167,68 @@ def logits(model, ids: list[int]) -> torch.Tensor:
     """The own decoder's (or a LoadedModel's) logits ``[len(ids), vocab]`` from an empty cache, float32."""
     model.truncate(0)
     return model.forward(torch.tensor(ids), last_only=False).float()
+
+
+# GGUF metadata value types (gguf.GGUFValueType) by the names edit_gguf takes
+_VALUE_TYPES = {"u32": (4, "<I"), "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"), "u64": (10, "<Q"),
+                "i64": (11, "<q"), "str": (8, None)}
+_FIXED = {0: 1, 1: 1, 7: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 10: 8, 11: 8, 12: 8}
+
+
+def _gguf_string(blob: bytes, pos: int) -> tuple[str, int]:
+    (n,) = struct.unpack_from("<Q", blob, pos)
+    return blob[pos + 8:pos + 8 + n].decode(), pos + 8 + n
+
+
+def _skip_value(blob: bytes, pos: int, kind: int) -> int:
+    if kind in _FIXED:
+        return pos + _FIXED[kind]
+    if kind == 8:
+        return _gguf_string(blob, pos)[1]
+    element, count = struct.unpack_from("<IQ", blob, pos)  # 9: an array
+    pos += 12
+    for _ in range(count):
+        pos = _skip_value(blob, pos, element)
+    return pos
+
+
+def _encode(key: str, kind: str, value) -> bytes:
+    out = struct.pack("<Q", len(key.encode())) + key.encode()
+    code, fmt = _VALUE_TYPES[kind]
+    if fmt is None:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        return out + struct.pack("<IQ", code, len(data)) + data
+    return out + struct.pack("<I", code) + struct.pack(fmt, value)
+
+
+def edit_gguf(src: Path, dst: Path, values: dict | None = None, drop: tuple = (),
+              offsets: dict | None = None) -> Path:
+    """Copy the GGUF file ``src`` to ``dst`` with metadata changed: ``values`` maps a key to
+    ``(type, value)`` (type ``u32``, ``i32``, ``u64``, ``i64``, ``f32``, ``bool`` or ``str``; any key, any
+    type: a file as a faulty converter or a hostile hand writes it), ``drop`` removes keys, and
+    ``offsets`` maps a tensor name to another data offset. The tensor data is copied byte for byte
+    (it starts at the next multiple of 32 after the tensor table, as this project's files have it)."""
+    blob = Path(src).read_bytes()
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", blob, 4)
+    pos, kvs = 24, []
+    for _ in range(n_kv):
+        start = pos
+        key, pos = _gguf_string(blob, pos)
+        (kind,) = struct.unpack_from("<I", blob, pos)
+        pos = _skip_value(blob, pos + 4, kind)
+        kvs.append((key, blob[start:pos]))
+    table = []
+    for _ in range(n_tensors):
+        name, p = _gguf_string(blob, pos)
+        (dims,) = struct.unpack_from("<I", blob, p)
+        p += 4 + 8 * dims
+        kind, offset = struct.unpack_from("<IQ", blob, p)
+        table.append(blob[pos:p] + struct.pack("<IQ", kind, (offsets or {}).get(name, offset)))
+        pos = p + 12
+    data = blob[(pos + 31) // 32 * 32:]
+    values = dict(values or {})
+    out = [_encode(k, *values.pop(k)) if k in values else raw for k, raw in kvs if k not in drop]
+    out += [_encode(k, kind, v) for k, (kind, v) in values.items()]
+    head = b"GGUF" + struct.pack("<IQQ", version, n_tensors, len(out)) + b"".join(out) + b"".join(table)
+    Path(dst).write_bytes(head + b"\0" * (-len(head) % 32) + data)
+    return Path(dst)

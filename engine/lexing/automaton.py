@@ -35,10 +35,10 @@ from .vocabulary import (  # noqa: F401 - re-exported: the automaton's historica
 
 _PREFIX_PARTS = PREFIX_LETTERS
 # modes
-CODE, NAME, DOT, NUM_INT, NUM_US, NUM_ZERO, NUM_ZERO_US, NUM_ZD, NUM_PFX, NUM_PFX_D, NUM_PFX_US = range(11)
-NUM_FRAC, NUM_FRAC_D, NUM_FRAC_US, NUM_EXP, NUM_EXP_SIGN, NUM_EXP_D, NUM_EXP_US, NUM_END = range(11, 19)
-STR, STR_OPEN1, STR_OPEN2, COMMENT, BANG, LINECONT = range(19, 25)
-FSTR_LBRACE, FSTR_RBRACE, FCONV, FCONV_DONE, FSPEC, DOT2, DOT_WS = range(25, 32)
+CODE, NAME, DOT, NUM_INT, NUM_US, NUM_ZERO, NUM_ZERO_US, NUM_ZD, NUM_ZD_US, NUM_PFX, NUM_PFX_D, NUM_PFX_US = range(12)
+NUM_FRAC, NUM_FRAC_D, NUM_FRAC_US, NUM_EXP, NUM_EXP_SIGN, NUM_EXP_D, NUM_EXP_US, NUM_END = range(12, 20)
+STR, STR_OPEN1, STR_OPEN2, COMMENT, BANG, LINECONT = range(20, 26)
+FSTR_LBRACE, FSTR_RBRACE, FCONV, FCONV_DONE, FSPEC, DOT2, DOT_WS = range(26, 33)
 
 MODE_NAMES = {v: k for k, v in list(globals().items()) if isinstance(v, int) and k.isupper()}
 
@@ -70,11 +70,13 @@ NUMBER_STEPS = {
     NUM_INT: (((DIGITS, NUM_INT), ("_", NUM_US), (".", NUM_FRAC)) + _EXP_OR_IMAG, _ENDS),
     NUM_ZERO: ((("0", NUM_ZERO), (DIGITS, NUM_ZD), ("_", NUM_ZERO_US), ("xXoObB", NUM_PFX),
                 (".", NUM_FRAC)) + _EXP_OR_IMAG, _ENDS),
-    # ``_`` after leading zeros: an approximation, digits must follow
-    NUM_ZD: (((DIGITS, NUM_ZD), ("_", NUM_ZERO_US), (".", NUM_FRAC)) + _EXP_OR_IMAG,
+    # zeros, then another digit: a digit part (``01.5``, ``0_1e3``, ``01j``), never an integer
+    NUM_ZD: (((DIGITS, NUM_ZD), ("_", NUM_ZD_US), (".", NUM_FRAC)) + _EXP_OR_IMAG,
              "leading zeros in decimal integer literals are not permitted"),
     NUM_US: (((DIGITS, NUM_INT),), "invalid decimal literal"),
-    NUM_ZERO_US: (((DIGITS, NUM_ZD),), "invalid decimal literal"),
+    # ``"0"+ (["_"] "0")*`` is an integer (``0_0``, ``0_000_000``: Language Reference, Integer literals)
+    NUM_ZERO_US: ((("0", NUM_ZERO), (DIGITS, NUM_ZD)), "invalid decimal literal"),
+    NUM_ZD_US: (((DIGITS, NUM_ZD),), "invalid decimal literal"),
     NUM_FRAC_US: (((DIGITS, NUM_FRAC_D),), "invalid decimal literal"),
     NUM_EXP_US: (((DIGITS, NUM_EXP_D),), "invalid decimal literal"),
     NUM_PFX: (((RADIX_DIGITS, NUM_PFX_D), ("_", NUM_PFX_US)), "invalid number literal"),

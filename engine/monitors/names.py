@@ -127,7 +127,7 @@ class NamesMonitor:
     # -- knowledge ---------------------------------------------------------------------------------
 
     def is_bound(self, name: str) -> bool:
-        return name in self.known or name in self.bound or "\x80" in name
+        return name in self.known or name in self.bound or not name.isascii()  # PEP 3131 names: not judged
 
     def _refuse(self, name: str) -> Refusal | None:
         if self.is_bound(name):
@@ -254,12 +254,15 @@ class NamesMonitor:
         self.decide, self.op = None, ""
         prev, self.prev = self.prev, "name"
         first, self.first = self.first, False
+        if first and d == 0 and name == "type" and not op and ch.isidentifier():
+            self.prev, self.regions = "type", self.regions + (("type", 0),)  # PEP 695: ``type NAME[T, ...] = value``
+            return None
         if first and d == 0 and name in ("match", "case") and op not in ("=", ":") and op not in _AUGMENTED:
             self.stmt = "skip"  # a match statement or case clause: patterns bind, subjects vary
         bracket = self.stack[d - 1] if d else None
         if any(kind == "ann" and rd <= d for kind, rd in self.regions) or (bracket is not None and bracket.ann):
             return self._after_op(op, d, first)  # annotations: not judged (PEP 563/649 defer them)
-        binding = self.stmt in ("bind", "skip") or prev in ("def", "class") or self._in_region(d) or (
+        binding = self.stmt in ("bind", "skip") or prev in ("def", "class", "type") or self._in_region(d) or (
             bracket is not None and bracket.kind == _PARAMS and not bracket.expr)
         assign = op in _AUGMENTED or op == ":=" or (op == "=" and (d > 0 or self.target_ok)) or (
             op == ":" and d == 0 and first and ch != "=")
@@ -323,7 +326,8 @@ class NamesMonitor:
         if ch == "#":
             return None
         if ch in "([{":
-            if ("def", depth) in self.regions or (ch == "[" and ("class", depth) in self.regions):
+            if ("def", depth) in self.regions or (ch == "[" and (("class", depth) in self.regions
+                                                                  or ("type", depth) in self.regions)):
                 self.next_kind = _PARAMS
             elif ch != "{" and prev not in ("name", ")", "]", "}", "value") and (
                     (depth == 0 and self.target_ok) or (bracket is not None and bracket.kind == _TUPLE)):
@@ -346,7 +350,7 @@ class NamesMonitor:
             self.regions += (("ann", 0),)  # a return annotation, up to the header's ':'
             return None
         if ch == "=" and depth == 0:
-            self.regions = tuple(r for r in self.regions if r[0] != "ann")
+            self.regions = tuple(r for r in self.regions if r[0] not in ("ann", "type"))  # the value follows
             if prev == "=" or prev in _OP_CHARS or not self.target_ok:
                 self.target_ok = False
                 return self._settle(0)

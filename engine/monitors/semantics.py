@@ -36,6 +36,8 @@ class Semantics:
     refusals: dict = field(default_factory=dict)  # rule -> count (tokens refused)
     suffix_closes: bool = False  # the text after the cursor holds the ``)`` of the cursor's call
     names: NamesMonitor | None = None  # names must exist (every identifier the completion writes)
+    utf8: bytes = b""  # the bytes of a non-ASCII character fed so far (it may span tokens)
+    lead: tuple = (0, False, False, False)  # the lexer's view before that character's lead byte (_before)
 
     @property
     def active(self) -> bool:
@@ -45,7 +47,7 @@ class Semantics:
     def copy(self) -> Semantics:
         return Semantics([c.copy() for c in self.calls], self.member.copy() if self.member else None, self.resolver,
                          self.source, self.refusals, self.suffix_closes,
-                         self.names.copy() if self.names is not None else None)
+                         self.names.copy() if self.names is not None else None, self.utf8, self.lead)
 
     def open_calls(self) -> list:
         return [c for c in self.calls if not c.closed]
@@ -53,30 +55,19 @@ class Semantics:
     def _feed_text(self, state: Lex, data: bytes) -> tuple[Lex, Refusal | None]:
         """Feed ``data`` (UTF-8 bytes of one token, possibly part of a character) to a copy of
         ``state`` and the monitors (mutated in place). Returns the new lexer state and the first
-        refusal, if any. The monitors see each non-ASCII character once, at its lead byte, as an
-        identifier character (``"\\x80"``): only its class matters to them."""
+        refusal, if any. The monitors see a non-ASCII character once it is complete (it may span
+        tokens), with the lexer's view (bracket depth, code or not) from before its lead byte: a
+        member or name outside ASCII (PEP 3131) is judged by its real characters."""
         st = state.copy()
         for b in data:
-            if b < 0x80 or b >= 0xC0:  # an ASCII character or the lead byte of a multi-byte one
-                ch = chr(b) if b < 0x80 else "\x80"
-                if not st.pend:
-                    depth, code = len(st.brackets), code_char(st, ch)
-                    if self.member is not None and not self.member.done:
-                        if getattr(self.member, "NEEDS_DEPTH", False):  # the block-header rule
-                            refusal = self.member.feed_at(ch, depth, code, st.mode == pylex.COMMENT)
-                        else:
-                            refusal = self.member.feed(ch) if code else None
-                        if refusal is not None:
-                            return st, refusal
-                    for call in self.calls:
-                        refusal = call.feed(ch, depth, code)
-                        if refusal is not None:
-                            return st, refusal
-                    if self.names is not None:
-                        refusal = self.names.feed(ch, depth, code or names_code(st, ch))
-                        if refusal is not None:
-                            return st, refusal
-                self.source += ch if b < 0x80 else "\ufffd"
+            if b < 0x80 and not st.pend:
+                refusal = self._monitor_char(chr(b), *self._before(st, chr(b)))
+                if refusal is not None:
+                    return st, refusal
+            elif b >= 0xC0 and not st.pend:  # the lead byte of a multi-byte character
+                self.lead, self.utf8 = self._before(st, "\x80"), bytes((b,))
+            elif b >= 0x80:
+                self.utf8 += bytes((b,))
             try:
                 if b < 0x80 and not st.pend:
                     st.feed_char(chr(b))
@@ -84,9 +75,41 @@ class Semantics:
                     st.feed_bytes(bytes((b,)))
             except (pylex.Reject, pylex.Complex) as exc:
                 return st, Refusal("lexical", str(exc))
+            if b >= 0x80 and not st.pend and self.utf8:  # the character is complete
+                ch, self.utf8 = self.utf8.decode("utf-8", "replace"), b""
+                refusal = self._monitor_char(ch, *self.lead)
+                if refusal is not None:
+                    return st, refusal
             if b == 0x28 and self.resolver is not None and self._was_code(st):
                 self._maybe_open_call(len(st.brackets))
         return st, None
+
+    def _before(self, st: Lex, ch: str) -> tuple[int, bool, bool, bool]:
+        """The lexer's view of ``ch`` (``"\\x80"``: a non-ASCII character) before it is fed: bracket
+        depth, code, code for the names monitor, and a comment (the block-header rule)."""
+        depth, code = len(st.brackets), code_char(st, ch)
+        return depth, code, code or (self.names is not None and names_code(st, ch)), st.mode == pylex.COMMENT
+
+    def _monitor_char(self, ch: str, depth: int, code: bool, names_code_: bool, comment: bool) -> Refusal | None:
+        """One character to every monitor (the lexer's view from :meth:`_before`); the first refusal."""
+        member = self.member
+        if member is not None and not member.done:
+            if getattr(member, "NEEDS_DEPTH", False):  # the block-header rule
+                refusal = member.feed_at(ch, depth, code, comment)
+            else:
+                refusal = member.feed(ch) if code else None
+            if refusal is not None:
+                return refusal
+        for call in self.calls:
+            refusal = call.feed(ch, depth, code)
+            if refusal is not None:
+                return refusal
+        if self.names is not None:
+            refusal = self.names.feed(ch, depth, names_code_)
+            if refusal is not None:
+                return refusal
+        self.source += ch
+        return None
 
     @staticmethod
     def _was_code(after: Lex) -> bool:
