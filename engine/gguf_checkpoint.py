@@ -96,7 +96,7 @@ def read_checkpoint(path: Path) -> GgufCheckpoint:
         if "ggml type" in str(exc):
             raise ModelError(f"{path}: {exc} Choose a file quantised as Q8_0, Q6_K, Q5_K_M, Q4_K_M or F16") from exc
         raise ModelError(f"{path} is not a readable GGUF file ({exc}); download it again") from exc
-    except (IndexError, OSError, UnicodeDecodeError, struct.error, KeyError) as exc:
+    except (IndexError, OSError, UnicodeDecodeError, struct.error, KeyError, OverflowError, MemoryError) as exc:
         raise ModelError(f"{path} is truncated or corrupt: its metadata cannot be read ({type(exc).__name__}: "
                          f"{exc}); download it again (an interrupted download leaves such a file)") from exc
     end = max((header.data_start + t.offset + t.nbytes for t in header.tensors), default=0)

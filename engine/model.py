@@ -397,8 +397,13 @@ def _load_gguf(path: Path, name: str, dev, dt, threads: int, decoder: str, n_ctx
     tokenizer = gg.load_tokenizer(ckpt)
     try:
         model = gg.load_decoder(ckpt, dev, dt, n_ctx)
-    except (RuntimeError, torch.OutOfMemoryError) as exc:
+    except torch.OutOfMemoryError as exc:
         raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model or device \"cpu\"") from exc
+    except (RuntimeError, ValueError) as exc:  # tensors that do not fit the shape the metadata declares
+        if "out of memory" in str(exc).lower() or "not enough memory" in str(exc).lower():
+            raise ModelError(f"the model does not fit on {dev}: {exc}; choose a smaller model") from exc
+        raise ModelError(f"{path} does not load: {exc}; the file is damaged or its metadata does not match its "
+                         "tensors: download it again") from exc
     fim = gg.declared_fim_tokens(ckpt, ckpt.value("tokenizer.ggml.tokens"))
     shown = name  # ollama:NAME:TAG, or the file name, with general.name when it says more
     if not name.startswith("ollama:") and ckpt.name != path.stem:

@@ -38,10 +38,12 @@ send). Bodies over :data:`MAX_BODY` bytes get 413; a client that sends nothing f
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -51,16 +53,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 log = logging.getLogger(__name__)
 
 MAX_BODY = 8 * 1024 * 1024  # bytes of a request body
-CLIENT_TIMEOUT_S = 10.0  # seconds a client may take to send its request
+CLIENT_TIMEOUT_S = 10.0  # seconds a client may take to send its whole request (line, headers, body)
+MAX_PREDICT_MS = 600_000  # the largest t_max_predict_ms taken
 LOAD_WAIT_S = 300.0  # how long a completion request waits for the model to load
 
 
 class ApiError(Exception):
-    """A request the API refuses: ``status`` (HTTP), ``kind`` (the error ``type``), the message."""
+    """A request the API refuses: ``status`` (HTTP), ``kind`` (the error ``type``), the message and
+    the request field at fault (``param``, None: the request as a whole)."""
 
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", param: str | None = None):
         super().__init__(message)
-        self.status, self.kind = status, kind
+        self.status, self.kind, self.param = status, kind, param
 
 
 def is_loopback(host: str) -> bool:
@@ -81,9 +85,10 @@ def _field(body: dict, key: str, kind, default=None, check=None):
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ApiError(400, f"'{key}' must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+        raise ApiError(400, f"'{key}' must be {getattr(kind, '__name__', kind)}, got {type(value).__name__}",
+                       param=key)
     if check is not None and not check(value):
-        raise ApiError(400, f"'{key}' is out of range: {value!r}")
+        raise ApiError(400, f"'{key}' is out of range: {value!r}", param=key)
     return value
 
 
@@ -95,7 +100,7 @@ def _stops(body: dict) -> list[str]:
         return [stop] if stop else []
     if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         return [s for s in stop if s]
-    raise ApiError(400, "'stop' must be a string or a list of strings")
+    raise ApiError(400, "'stop' must be a string or a list of strings", param="stop")
 
 
 def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -216,9 +221,10 @@ class Api:
         self.project.documents = {str(c.get("filename") or f"<chunk {i}>") + f"#{i}": c.get("text", "")
                                   for i, c in enumerate(extra)}
         n_predict = _field(body, "n_predict", int, None, lambda v: v >= -1)
-        temperature = _field(body, "temperature", float, None, lambda v: v >= 0)
+        temperature = _field(body, "temperature", float, None, lambda v: 0 <= v <= 2)
         top_p = _field(body, "top_p", float, None, lambda v: 0 < v <= 1)
-        budget = _field(body, "t_max_predict_ms", int, None, lambda v: v >= 0)
+        budget = _field(body, "t_max_predict_ms", int, None, lambda v: 0 <= v <= MAX_PREDICT_MS)
+        _field(body, "stream", bool, False)
         stops = _stops(body)
         engine = self._ready_engine()
         t0 = time.perf_counter()
@@ -301,7 +307,9 @@ class Api:
 
 
 class Handler(BaseHTTPRequestHandler):
-    """HTTP/1.1 framing for :class:`Api` (``self.server.api``; ``self.server.api_key``)."""
+    """HTTP/1.1 framing for :class:`Api` (``self.server.api``; ``self.server.api_key``). Every error
+    is JSON and closes the connection (no unread body is ever taken for the next request); a client
+    gets :data:`CLIENT_TIMEOUT_S` for its whole request, however slowly it sends it."""
 
     protocol_version = "HTTP/1.1"
     server_version = "fsm-complete"
@@ -310,16 +318,47 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # stdout/stderr stay quiet; the log has it
         log.debug("%s %s", self.address_string(), fmt % args)
 
+    def handle_one_request(self):
+        self._request_read = False
+        watchdog = threading.Timer(CLIENT_TIMEOUT_S, self._cut_off)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            super().handle_one_request()
+        except (TimeoutError, OSError):
+            self.close_connection = True
+        finally:
+            watchdog.cancel()
+
+    def _cut_off(self) -> None:
+        """The request is not in after :data:`CLIENT_TIMEOUT_S`: end the connection."""
+        if not self._request_read:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
     def _send(self, status: int, record: dict) -> None:
         data = json.dumps(record).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str, kind: str) -> None:
-        self._send(status, {"error": {"code": status, "message": message, "type": kind, "param": None}})
+    def _error(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+        self.close_connection = True
+        self._send(status, {"error": {"code": status, "message": message, "type": kind, "param": param}})
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (a bad request line, headers too long, an unknown method) as JSON."""
+        self.close_connection = True
+        if not hasattr(self, "request_version") or self.command is None:
+            self.request_version = "HTTP/1.1"  # (an HTTP/0.9 line gets a status line too)
+        with contextlib.suppress(OSError):
+            self._send(code, {"error": {"code": code, "message": message or self.responses.get(code, ("",))[0],
+                                        "type": "invalid_request_error", "param": None}})
 
     def _authorised(self) -> bool:
         key = self.server.api_key
@@ -330,18 +369,27 @@ class Handler(BaseHTTPRequestHandler):
         return hmac.compare_digest(token.encode("utf-8", "replace"), key.encode("utf-8"))
 
     def _body(self) -> dict:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            raise ApiError(411, "send the body with a Content-Length")
+        if self.headers.get("Transfer-Encoding"):
+            raise ApiError(411, "send the body with a Content-Length (no Transfer-Encoding)")
+        lengths = set(self.headers.get_all("Content-Length") or [])
+        if len(lengths) > 1:
+            raise ApiError(400, "more than one Content-Length")
         try:
-            length = int(self.headers.get("Content-Length", "0"))
+            length = int(lengths.pop()) if lengths else 0
         except ValueError as exc:
             raise ApiError(400, "Content-Length is not a number") from exc
-        if length < 0 or length > MAX_BODY:
-            self.close_connection = True
-            raise ApiError(413, f"the body is over {MAX_BODY} bytes", "invalid_request_error")
-        raw = self.rfile.read(length) if length else b""
+        if length < 0:
+            raise ApiError(400, "Content-Length is negative")
+        if length > MAX_BODY:
+            raise ApiError(413, f"the body is over {MAX_BODY} bytes")
+        try:
+            raw = self.rfile.read(length) if length else b""
+        except (TimeoutError, OSError) as exc:
+            raise ApiError(408, f"the body did not arrive within {CLIENT_TIMEOUT_S:.0f} s") from exc
         if len(raw) != length:
-            raise ApiError(400, "the body ended early")
+            raise ApiError(408 if not self._request_read else 400,
+                           f"the body ended early or did not arrive within {CLIENT_TIMEOUT_S:.0f} s")
+        self._request_read = True
         try:
             body = json.loads(raw.decode("utf-8")) if raw else {}
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -351,9 +399,10 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def do_GET(self):  # noqa: N802 (http.server's name)
+        self._request_read = True
         api: Api = self.server.api
         path = self.path.split("?", 1)[0]
-        if not self._authorised():
+        if path != "/health" and not self._authorised():  # /health tells no secret (as llama-server's)
             return self._error(401, "invalid API key: send Authorization: Bearer KEY", "authentication_error")
         if path == "/health":
             if not api.loaded.is_set():
@@ -384,7 +433,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, answer)
             raise ApiError(404, f"no such endpoint: POST {path}", "not_found_error")
         except ApiError as exc:
-            return self._error(exc.status, str(exc), exc.kind)
+            return self._error(exc.status, str(exc), exc.kind, exc.param)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 (the server answers, whatever went wrong)
@@ -392,9 +441,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(500, f"{type(exc).__name__}: {exc}", "server_error")
 
     def do_PUT(self):  # noqa: N802
+        self._request_read = True
         self._error(405, "use GET or POST", "invalid_request_error")
 
-    do_DELETE = do_PATCH = do_PUT
+    do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_PUT
 
     def _stream(self, events: list[dict], done: bool = False) -> None:
         """Server-sent events: each record as ``data: JSON``, then ``data: [DONE]`` (OpenAI's end)."""

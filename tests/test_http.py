@@ -176,6 +176,9 @@ def test_bad_requests_get_json_errors(server):
     assert status == 400 and "not JSON" in answer["error"]["message"]
     status, answer = post(server, "/infill", {"input_prefix": 5})
     assert status == 400 and "'input_prefix'" in answer["error"]["message"]
+    assert answer["error"]["param"] == "input_prefix"
+    status, answer = post(server, "/infill", {"input_prefix": "x = ", "t_max_predict_ms": 10**20})
+    assert status == 400 and answer["error"]["param"] == "t_max_predict_ms"
     status, answer = post(server, "/v1/completions", {"prompt": "x = ", "max_tokens": 0})
     assert status == 400 and "'max_tokens'" in answer["error"]["message"]
     status, answer = post(server, "/v1/completions", {"prompt": ["a", "b"]})
@@ -210,6 +213,8 @@ def test_api_key_and_loopback_rules(tmp_path):
     assert refused.returncode == 2 and "not a loopback address" in refused.stderr
     proc, url = start_server(env={"FSM_COMPLETE_API_KEY": "s3cret"})
     try:
+        with urllib.request.urlopen(url + "/health", timeout=10) as r:  # tells no secret: no key needed
+            assert r.status == 200
         assert post(url, "/v1/completions", {"prompt": "x = "})[0] == 401
         assert post(url, "/v1/completions", {"prompt": "x = "}, {"Authorization": "Bearer wrong"})[0] == 401
         status, answer = post(url, "/v1/completions", {"prompt": "x = ", "max_tokens": 4},
@@ -230,3 +235,49 @@ def test_a_budget_beyond_the_window_decodes_what_fits(server, engine):
     assert res.prompt_tokens + res.tokens <= engine.lm.max_positions  # tokens: the last attempt's
     status, answer = post(server, "/infill", llama_vscode_body(long_prefix, "\n", n_predict=300))
     assert status == 200 and isinstance(answer["content"], str)
+
+
+def _raw(server: str, data: bytes, wait: float = 15.0) -> bytes:
+    """Everything the server sends back on one connection for ``data`` until it closes it."""
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_framing_errors_are_json_and_answered_once(server):
+    """Each malformed request gets one JSON error and the connection closes: an unread body is
+    never read as the next request (it was answered a second time, as an HTML page)."""
+    cases = {
+        b"POST /infill HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n": b" 411 ",
+        b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 30\r\n\r\n{}": b" 400 ",
+        b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n": b" 400 ",
+        b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}": b" 400 ",
+        b"OPTIONS /infill HTTP/1.1\r\nHost: x\r\n\r\n": b" 405 ",
+        b"GARBAGE\r\n\r\n": b" 400 ",
+    }
+    for request, status in cases.items():
+        answer = _raw(server, request)
+        assert answer.count(b"HTTP/1.") == 1 and status in answer.split(b"\r\n", 1)[0], (request, answer)
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == int(status)
+
+
+def test_a_client_dripping_its_request_is_cut_off(server):
+    import select
+
+    host, port = server.removeprefix("http://").split(":")
+    t = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        try:
+            while time.monotonic() - t < 25:
+                time.sleep(1)
+                s.sendall(b" ")  # one byte a second: each read is quick, the whole request is not
+                if select.select([s], [], [], 0)[0] and s.recv(4096) == b"":
+                    break  # the server closed the connection
+        except OSError:
+            pass  # ... or reset it
+    assert time.monotonic() - t < 20

@@ -98,8 +98,8 @@ class LlamaCppModel:
         mparams.use_mmap = True
         self._model = lc.llama_model_load_from_file(os.fsencode(path), mparams)
         if not self._model:
-            raise ModelError(f"llama.cpp could not load {path} (its log says why; run with --log-level debug); "
-                             "choose --model-backend torch to load it with the torch engine")
+            raise ModelError(f"llama.cpp could not load {path} (its log says why: fsm-complete --log-level debug ...); "
+                             "the torch engine may read it: --backend torch (model.backend \"torch\")")
         self.window = int(lc.llama_model_n_ctx_train(self._model)) or n_ctx
         self.n_ctx = max(64, min(n_ctx, self.window))
         self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
