@@ -113,7 +113,7 @@ def read_checkpoint(path: Path) -> GgufCheckpoint:
     ckpt.name = str(ckpt.value("general.name", "") or path.stem)
     ckpt.file_type = _file_type(ckpt)
     ckpt.config = hf_config(ckpt)
-    check_tensor_table(path, metadata, header.tensors, ckpt.config)
+    check_tensor_table(path, metadata, header.tensors, ckpt.config, tensor_names)
     return ckpt
 
 

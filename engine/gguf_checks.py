@@ -150,13 +150,15 @@ def _check_tokenizer(path: Path, meta: dict) -> None:
             _int(path, meta, key, 0, (1 << 31) - 1)
 
 
-def check_tensor_table(path: Path, meta: dict, tensors, config: dict) -> None:
+def check_tensor_table(path: Path, meta: dict, tensors, config: dict, tensor_names) -> None:
     """Check the tensor table against llama.cpp's rules and the declared sizes: names unique, 1 to
     :data:`MAX_DIMS` dimensions of at least 1, whole quantisation blocks per row, data offsets on
     the alignment and not overlapping, one ``blk.N`` per declared layer, the tokens no more than the
     embedding's rows, and every tensor the decoder reads present with the shape ``config`` (the
     config.json-style dict of :func:`engine.gguf_checkpoint.hf_config`) implies. ``tensors``:
-    transformers' TensorInfo (shapes in torch order). Raises ModelError naming the first bad tensor."""
+    transformers' TensorInfo (shapes in torch order); ``tensor_names(arch, layers)``: llama.cpp name ->
+    transformers name (:func:`engine.gguf_checkpoint.tensor_names`). Raises ModelError naming the first
+    bad tensor."""
     from transformers.integrations.gguf.dequant import GGML_BLOCK
 
     alignment = meta.get("general.alignment", 32)
@@ -191,13 +193,12 @@ def check_tensor_table(path: Path, meta: dict, tensors, config: dict) -> None:
     if isinstance(tokens, list) and len(tokens) > config["vocab_size"]:
         raise ModelError(f"{path}: tokenizer.ggml.tokens has {len(tokens):,} tokens and token_embd.weight "
                          f"{config['vocab_size']:,} rows (a token id past them has no embedding); {_FIX}")
-    _check_shapes(path, arch, tensors, config)
+    _check_shapes(path, arch, tensors, config, tensor_names)
 
 
-def _check_shapes(path: Path, arch: str, tensors, config: dict) -> None:
+def _check_shapes(path: Path, arch: str, tensors, config: dict, tensor_names) -> None:
     """Every tensor the decoder reads is present with the shape ``config`` implies (the optional
     output head and biases when present)."""
-    from .gguf_checkpoint import tensor_names
     from .llama import ROPE_FACTORS, DecoderConfig, UnsupportedArchitecture, expected_shapes
 
     try:
