@@ -261,6 +261,35 @@ def completion_edit(cursor: Cursor, completion: Completion) -> Edit | None:
     return Edit(cursor.offset, cursor.offset + replace, completion.text)
 
 
+def with_selected_item(cursor: Cursor, selected) -> tuple[Cursor, Edit | None]:
+    """The cursor as if the client's selected completion item were typed (LSP 3.18
+    ``InlineCompletionContext.selectedCompletionInfo``): the document with the item's ``range``
+    replaced by its ``text``, the cursor after that text; plus that replacement as an :class:`Edit`
+    in the original document's code points. ``(cursor, None)`` when there is no selection or its
+    range does not hold the cursor on the cursor's line (then the selection is ignored)."""
+    if selected is None:
+        return cursor, None
+    start, end = to_engine_span(cursor.text, selected.range, cursor.encoding, cursor.starts)
+    if not (cursor.line_start <= start <= cursor.offset <= end <= line_end(cursor.text, cursor.offset)):
+        return cursor, None
+    text = cursor.text[:start] + selected.text + cursor.text[end:]
+    return cursor_at_offset(text, start + len(selected.text), cursor.encoding), Edit(start, end, selected.text)
+
+
+def cursor_at_offset(text: str, offset: int, encoding: str) -> Cursor:
+    """The :class:`Cursor` at code-point ``offset`` of ``text``."""
+    return Cursor(text, offset, encoding, line_starts(text))
+
+
+def extend_selected_item(selected: Edit, edit: Edit | None) -> Edit:
+    """The edit of the original document that accepts the selected item (``selected``, from
+    :func:`with_selected_item`) and the completion ``edit`` made after it: the item's range, plus the
+    text after it that ``edit`` replaces, becomes the item's text followed by the completion's."""
+    if edit is None:
+        return selected
+    return Edit(selected.start, selected.end + (edit.end - edit.start), selected.new_text + edit.new_text)
+
+
 # --------------------------------------------------------------------------- LSP items
 
 

@@ -97,17 +97,22 @@ async def did_change_configuration(
     await ls.change_settings(params.settings)
 
 
-async def _complete_at(ls: FsmCompleteServer, params, **options):
+async def _complete_at(ls: FsmCompleteServer, params, selected=None, **options):
     """``(cursor, completion, edit)`` at ``params``' position (completion and edit None when the
-    engine gave nothing); None when the document is not open. ``options`` go to the host's complete."""
+    engine gave nothing); None when the document is not open. ``selected``: the client's selected
+    completion item (LSP 3.18 ``SelectedCompletionInfo``): the engine completes as if it were typed,
+    and the edit accepts the item, then the completion. ``options`` go to the host's complete."""
     doc = ls.documents.get(params.text_document.uri)
     if doc is None:
         return None
     if ls.project.focus(doc.uri):  # its folder's slice is read for the next request; this one gets none
         ls.project.scan(ls.host, ls.host.engine, ls.settings, ls.documents, doc.uri)
     cursor = doc.cursor(params.position, ls.position_encoding)
-    completion = await ls.host.complete(doc, cursor, **options)
-    edit = convert.completion_edit(cursor, completion) if completion is not None else None
+    typed, item = convert.with_selected_item(cursor, selected)
+    completion = await ls.host.complete(doc, typed, **options)
+    edit = convert.completion_edit(typed, completion) if completion is not None else None
+    if item is not None:
+        edit = convert.extend_selected_item(item, edit)
     return cursor, completion, edit
 
 
@@ -115,7 +120,8 @@ async def _complete_at(ls: FsmCompleteServer, params, **options):
 async def inline_completion(
     ls: FsmCompleteServer, params: types.InlineCompletionParams
 ) -> types.InlineCompletionList | None:
-    found = await _complete_at(ls, params)
+    selected = params.context.selected_completion_info if params.context is not None else None
+    found = await _complete_at(ls, params, selected)
     if found is None:
         return None
     cursor, _, edit = found

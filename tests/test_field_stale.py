@@ -1,0 +1,112 @@
+"""Field reports of /work/shared/cases/field-reports.md, end to end against the real server process
+and the real embedded model: C33 (the client's selected completion item, LSP 3.18) and the kind
+"state goes stale" (D07, D08, D17: files that change on disk while the server runs).
+
+Each test starts its own server in a fresh workspace folder (``rootUri``) over raw pipes
+(``tests/lsp_raw.py``), so that the files it edits on disk are its own.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from lsp_raw import RawServer
+
+CASES = Path("/work/shared/cases/field-reports")
+SETTINGS = {"fsmComplete": {"logLevel": "debug", "generation": {"maxTokens": 24, "maxTokensMultiline": 64}}}
+CAPABILITIES = {
+    "window": {"workDoneProgress": True},
+    "textDocument": {"inlineCompletion": {"dynamicRegistration": False}},
+    "workspace": {"didChangeWatchedFiles": {"dynamicRegistration": True, "relativePatternSupport": True}},
+}
+
+
+def uri(path: Path) -> str:
+    return path.resolve().as_uri()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def start(root: Path, capabilities: dict | None = None) -> RawServer:
+    server = RawServer()
+    server.call("initialize", {"processId": None, "rootUri": uri(root),
+                               "capabilities": CAPABILITIES if capabilities is None else capabilities,
+                               "initializationOptions": SETTINGS}, timeout=120)
+    server.notify("initialized", {})
+    server.wait_model_loaded()
+    return server
+
+
+@pytest.fixture
+def serve():
+    servers: list[RawServer] = []
+
+    def make(root: Path, capabilities: dict | None = None) -> RawServer:
+        servers.append(start(root, capabilities))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.kill()
+
+
+def open_doc(server: RawServer, path: Path, text: str | None = None) -> tuple[str, str]:
+    text = path.read_text() if text is None else text
+    server.notify("textDocument/didOpen", {"textDocument": {"uri": uri(path), "languageId": "python",
+                                                            "version": 1, "text": text}})
+    return uri(path), text
+
+
+def touch(server: RawServer, u: str, version: int) -> None:
+    """An empty edit: the next request is computed afresh, not answered from the last one's cache."""
+    server.notify("textDocument/didChange", {"textDocument": {"uri": u, "version": version}, "contentChanges": [
+        {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}}, "text": ""}]})
+
+
+def inline(server: RawServer, u: str, line: int, character: int, context: dict | None = None) -> list[dict]:
+    answer = server.call("textDocument/inlineCompletion", {
+        "textDocument": {"uri": u}, "position": {"line": line, "character": character},
+        "context": {"triggerKind": 2, **(context or {})}}, timeout=120)
+    assert "error" not in answer, answer
+    result = answer["result"]
+    return result["items"] if isinstance(result, dict) else result or []
+
+
+def at_end(text: str) -> tuple[int, int]:
+    lines = text.split("\n")
+    return len(lines) - 1, len(lines[-1])
+
+
+def insert_text(item: dict) -> str:
+    text = item["insertText"]
+    return text if isinstance(text, str) else text["value"]
+
+
+# ---------------------------------------------------------------------------- C33
+
+
+def test_c33_inline_text_extends_the_selected_completion_item(workspace, serve):
+    main = workspace / "main.py"
+    shutil.copy(CASES / "C33.py", main)
+    server = serve(workspace)
+    u, _ = open_doc(server, main)
+    selected = {"range": {"start": {"line": 1, "character": 3}, "end": {"line": 1, "character": 5}}, "text": "pardir"}
+    items = inline(server, u, 1, 5, {"selectedCompletionInfo": selected})
+    record = server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": u}})["result"]
+    assert record["prefixTail"].endswith("import os\nos.pardir"), record  # completed as if it were typed
+    assert items, record
+    for item in items:
+        assert insert_text(item).startswith("pardir"), items
+        assert item["range"]["start"] == {"line": 1, "character": 3}, items
+        assert item["range"]["end"]["line"] == 1 and item["range"]["end"]["character"] >= 5, items
+    # a selection whose range does not hold the cursor is ignored: the plain completion at the cursor
+    elsewhere = {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 2}}, "text": "from"}
+    touch(server, u, 2)
+    inline(server, u, 1, 5, {"selectedCompletionInfo": elsewhere})
+    record = server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": u}})["result"]
+    assert record["prefixTail"].endswith("import os\nos.pa"), record
