@@ -110,3 +110,44 @@ def test_c33_inline_text_extends_the_selected_completion_item(workspace, serve):
     inline(server, u, 1, 5, {"selectedCompletionInfo": elsewhere})
     record = server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": u}})["result"]
     assert record["prefixTail"].endswith("import os\nos.pa"), record
+
+
+# ---------------------------------------------------------------------------- state goes stale
+
+
+def explain(server: RawServer, u: str, line: int, character: int) -> dict:
+    answer = server.call("fsmComplete/explain", {"textDocument": {"uri": u},
+                                                 "position": {"line": line, "character": character}}, timeout=120)
+    assert "error" not in answer, answer
+    return answer["result"]
+
+
+def test_d07_names_a_saved_project_module_gains_are_allowed_after_the_module(workspace, serve):
+    helpers, main = workspace / "helpers.py", workspace / "main.py"
+    shutil.copy(CASES / "D07-helpers-before.py", helpers)
+    shutil.copy(CASES / "D07.py", main)
+    server = serve(workspace)
+    u, _ = open_doc(server, main)
+    before = explain(server, u, 2, 18)  # value = helpers.be█
+    assert not before["text"].startswith("ta_count"), before["text"]  # helpers has no beta_count yet
+    shutil.copy(CASES / "D07-helpers-after.py", helpers)
+    server.notify("textDocument/didSave", {"textDocument": {"uri": uri(helpers)}})
+    touch(server, u, 2)
+    after = explain(server, u, 2, 18)
+    assert after["text"].startswith("ta_count"), (after["text"], after.get("refusals"))
+
+
+def test_d08_a_required_argument_rule_added_to_pyproject_applies_while_running(workspace, serve):
+    main = workspace / "main.py"
+    shutil.copy(CASES / "D08-mylib.py", workspace / "mylib.py")
+    shutil.copy(CASES / "D08-pyproject-before.toml", workspace / "pyproject.toml")
+    shutil.copy(CASES / "D08.py", main)
+    server = serve(workspace)
+    u, _ = open_doc(server, main)
+    before = [insert_text(i) for i in inline(server, u, 2, 42)]
+    assert not any("retries" in text for text in before), before
+    shutil.copy(CASES / "D08-pyproject-after.toml", workspace / "pyproject.toml")
+    server.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": uri(workspace / "pyproject.toml"), "type": 2}]})
+    touch(server, u, 2)
+    after = [insert_text(i) for i in inline(server, u, 2, 42)]
+    assert after and "retries=3" in after[0], after

@@ -9,6 +9,7 @@ monitor is only ever added when its knowledge is static and certain (never block
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
 from .. import signatures
@@ -30,26 +31,31 @@ _MODULE_PATH = re.compile(r"[ \t]*(?:from[ \t]+\.*|import[ \t]+(?:[\w.]+(?:[ \t]
 class RequiredArgumentTables:
     """The required-argument policy table per project: the settings profile, overridden by the
     nearest ``pyproject.toml`` ``[tool.fsm-complete.required-arguments]`` above a document path
-    (memoised by profile and project root)."""
+    (memoised by profile, project root and the file's modification time: a rule added while the
+    server or daemon runs applies to the next request, field report D08)."""
 
     def __init__(self):
         self._tables: dict = {}
 
     def for_path(self, profile: str, path: str | None) -> PolicyTable:
-        root = None
+        root, stamp = None, None
         if path:
             for parent in Path(path).resolve().parents:
-                if (parent / "pyproject.toml").is_file():
-                    root = parent
+                try:
+                    info = (parent / "pyproject.toml").stat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    root, stamp = parent, (info.st_mtime_ns, info.st_size)
                     break
         key = (profile, str(root))
-        table = self._tables.get(key)
-        if table is None:
+        memo = self._tables.get(key)
+        if memo is None or memo[0] != stamp:
             extra = load_pyproject_rules(root) if root is not None else {}
             table = PolicyTable.from_config(extra.pop("profile", profile) if isinstance(extra, dict) else profile,
                                             extra if isinstance(extra, dict) else None)
-            self._tables[key] = table
-        return table
+            memo = self._tables[key] = (stamp, table)
+        return memo[1]
 
 
 def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, policies: PolicyTable, *,

@@ -238,8 +238,13 @@ def _implementations(script, code: str, offset: int) -> tuple:
     return tuple(out)
 
 
-@lru_cache(maxsize=64)
 def _source_tree(path: str):
+    """The ``ast`` of the Python file ``path``, parsed again once the file changes on disk."""
+    return _parsed_source(path, os.stat(path).st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _parsed_source(path: str, mtime_ns: int):
     import ast
     from pathlib import Path
 
@@ -483,10 +488,29 @@ def _snippet(kind: str, expression: str, path: str | None, imports: ImportMap):
         directory = os.path.dirname(os.path.abspath(path)) if path else None
         code = "\n".join(imports.statements.get(parts[0], ())) + "\n" + ".".join(parts) + kind
         snippet_path = os.path.join(directory, _SNIPPET_NAME) if directory else None
-        return (kind, "snippet", code, directory), (code, len(code), snippet_path)
+        stamp = _local_module_stamp(directory, imports[parts[0]]) if directory else None
+        return (kind, "snippet", code, directory, stamp), (code, len(code), snippet_path)
     if parts and parts[0] in BUILTIN_NAMES and not imports.shadows(parts[0]):
         code = ".".join(parts) + kind
         return (kind, "snippet", code, None), (code, len(code), None)
+    return None
+
+
+def _local_module_stamp(directory: str, qualified: str) -> tuple[str, int] | None:
+    """``(file, st_mtime_ns)`` of the project module beside the document that the import of
+    ``qualified`` reads (``helpers`` -> ``directory/helpers.py`` or ``directory/helpers/__init__.py``;
+    ``pkg.name`` -> the longest of ``pkg/name``, ``pkg`` that exists); None for a module found
+    elsewhere (the standard library, site-packages: they do not change while the server runs). Part
+    of a snippet's cache key, so that jedi's answer about a project module is asked again once that
+    file is saved with new names (field report D07)."""
+    parts = [p for p in qualified.lstrip(".").split(".") if p]
+    for n in range(len(parts), 0, -1):
+        base = os.path.join(directory, *parts[:n])
+        for file in (base + ".py", os.path.join(base, "__init__.py")):
+            try:
+                return file, os.stat(file).st_mtime_ns
+            except OSError:
+                continue
     return None
 
 
