@@ -161,6 +161,11 @@ class Engine(DecodeLoop):
         freeze_loaded()  # what the load built lives on: no full collection walks it again (engine.gc_pauses)
         report("ready", 100)
 
+    def files_changed(self) -> None:
+        """Files of the project changed on disk: no recent completion is typed through (it was
+        judged against the old files)."""
+        self._recent = []
+
     def update_settings(self, settings: Settings) -> None:
         """Apply new settings; a different model, device or dtype reloads on the next :meth:`load`."""
         old = self.settings

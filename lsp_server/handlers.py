@@ -84,6 +84,27 @@ def did_close(ls: FsmCompleteServer, params: types.DidCloseTextDocumentParams) -
         logger.info("didClose for %s, which is not open: ignored", params.text_document.uri)
 
 
+@_feature(types.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: FsmCompleteServer, params: types.DidSaveTextDocumentParams) -> None:
+    _files_changed(ls, [params.text_document.uri])
+
+
+@_feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+def did_change_watched_files(ls: FsmCompleteServer, params: types.DidChangeWatchedFilesParams) -> None:
+    _files_changed(ls, [change.uri for change in params.changes])
+
+
+def _files_changed(ls: FsmCompleteServer, uris: list[str]) -> None:
+    """Files changed on disk: no recent completion is typed through, and the project context reads
+    its folder again when one of them is its Python file. (jedi's answers about a project module and
+    ``pyproject.toml``'s rules are keyed by the files' modification times: nothing to forget here.)"""
+    engine = ls.host.engine
+    if engine is not None:
+        engine.files_changed()
+    if ls.project.files_changed(uris):
+        ls.project.rescan(ls.host, engine, ls.settings, ls.documents)
+
+
 @_feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
 def did_change_workspace_folders(ls: FsmCompleteServer, params: types.DidChangeWorkspaceFoldersParams) -> None:
     if ls.project.change_folders(params.event):  # the held slice's folder was removed: forgotten, another read

@@ -5,7 +5,8 @@ innermost ``workspaceFolders`` entry holding it, else ``rootUri``/``rootPath``):
 documents of that folder (from the server's :class:`lsp_server.document.DocumentStore`, keyed by file
 path, or by URI when unsaved; a document outside every folder sees only others outside every folder)
 and a slice of that folder's Python files: read after the model loads and again when a document of
-another folder is opened or completed or the folders change (``workspace/didChangeWorkspaceFolders``: a removed
+another folder is opened or completed, when a Python file of the folder is saved, changes, appears or
+goes (``workspace/didChangeWatchedFiles``, registered by the server) or the folders change (``workspace/didChangeWorkspaceFolders``: a removed
 folder's slice is forgotten), on a thread, regular files inside the folder only, what git would ignore
 left out, bounded by the ``context.workspaceFiles``/``workspaceBytes`` settings
 (:func:`engine.context.workspace.collect`), then counted by the engine's cache model off the request
@@ -41,6 +42,7 @@ class Project:
         self.folders: list[str] = []  # absolute paths, in the client's order
         self._slice: tuple[str | None, dict[str, str]] = (None, {})  # (folder, path -> text), replaced as a whole
         self._reading: str | None = None  # the folder a running scan reads
+        self._near: str | None = None  # the URI the held slice was read nearest to
         self.stop = threading.Event()  # set: the running scan stops (shutdown)
 
     @property
@@ -84,6 +86,25 @@ class Project:
         inside = [f for f in self.folders if path == f or path.startswith(f.rstrip(os.sep) + os.sep)]
         return max(inside, key=len, default=None)
 
+    def files_changed(self, uris) -> bool:
+        """True when a Python file at one of ``uris`` (created, changed, deleted or saved: from
+        ``workspace/didChangeWatchedFiles`` or ``textDocument/didSave``) lies in the held slice's
+        folder: the caller scans again (:meth:`rescan`), which reads changed files anew and drops
+        deleted ones (field report D17)."""
+        root = self.root
+        if root is None:
+            return False
+        inside = root.rstrip(os.sep) + os.sep
+        for uri in uris:
+            path = convert.document_path(uri)
+            if path and path.endswith(".py") and os.path.normpath(os.path.abspath(path)).startswith(inside):
+                return True
+        return False
+
+    def rescan(self, host, engine, settings, documents) -> None:
+        """Read the held folder's slice again (:meth:`scan`), nearest to the same document as before."""
+        self.scan(host, engine, settings, documents, self._near if self.folder_of(self._near) == self.root else None)
+
     def focus(self, uri: str) -> bool:
         """True when the document at ``uri`` lies in another folder than the held slice's (the caller scans again)."""
         folder = self.folder_of(uri)
@@ -117,7 +138,7 @@ class Project:
             return
         from engine.context.workspace import collect
 
-        stop, self._reading = self.stop, root
+        stop, self._reading, self._near = self.stop, root, near
         near_path = convert.document_path(near) if near else None
 
         def scan() -> int:

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 SERVER_NAME = "fsm-complete"
 SETTINGS_SECTION = "fsmComplete"
+WATCHED_FILES = ("**/*.py", "**/pyproject.toml")
+"""Glob patterns of the files whose changes the server asks the client to report (LSP 3.17 ``FileSystemWatcher``)."""
+WATCHED_FILES_REGISTRATION = "fsm-complete-watched-files"
 _LOGGERS = ("lsp_server", "engine")  # forwarded to the client as window/logMessage
 
 
@@ -219,7 +222,27 @@ class FsmCompleteServer(LanguageServer):
             logger.warning("initialized was received twice; ignored")
             return
         self._report_settings_problems()
+        self._watch_files()
         self.host.start_loading()
+
+    def _watch_files(self) -> None:
+        """Ask the client to report changes of :data:`WATCHED_FILES` (``workspace/didChangeWatchedFiles``),
+        when it supports registering that dynamically (LSP 3.17); the project context and the
+        required-argument rules follow the files on disk."""
+        workspace = self.client_capabilities.workspace
+        watched = workspace.did_change_watched_files if workspace is not None else None
+        if watched is None or not watched.dynamic_registration:
+            return
+        options = types.DidChangeWatchedFilesRegistrationOptions(
+            watchers=[types.FileSystemWatcher(glob_pattern=pattern) for pattern in WATCHED_FILES])
+        registration = types.Registration(id=WATCHED_FILES_REGISTRATION, register_options=options,
+                                          method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+
+        def registered(future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                logger.info("the client refused to watch files: %s", "cancelled" if future.cancelled() else future.exception())
+
+        self.client_register_capability(types.RegistrationParams(registrations=[registration])).add_done_callback(registered)
 
     def _report_settings_problems(self) -> None:
         problems, self._settings_problems = self._settings_problems, []

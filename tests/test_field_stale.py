@@ -151,3 +151,36 @@ def test_d08_a_required_argument_rule_added_to_pyproject_applies_while_running(w
     touch(server, u, 2)
     after = [insert_text(i) for i in inline(server, u, 2, 42)]
     assert after and "retries=3" in after[0], after
+
+
+def test_d17_watched_files_are_registered_and_a_changed_or_deleted_file_leaves_the_context(workspace, serve):
+    app = workspace / "app"
+    app.mkdir()
+    settings, main = app / "settings.py", app / "main.py"
+    shutil.copy(CASES / "D17-settings-before.py", settings)
+    shutil.copy(CASES / "D17.py", main)
+    server = serve(workspace)
+    registration = server.wait_for(lambda m: m.get("method") == "client/registerCapability", timeout=10)
+    [watch] = [r for r in registration["params"]["registrations"] if r["method"] == "workspace/didChangeWatchedFiles"]
+    assert {w["globPattern"] for w in watch["registerOptions"]["watchers"]} == {"**/*.py", "**/pyproject.toml"}
+    u, text = open_doc(server, main)
+    server.wait_for(lambda m: "files in the project context: 2" in m.get("params", {}).get("message", ""))
+
+    def scans() -> int:  # how many workspace scans have ended so far
+        return sum("files in the project context" in m.get("params", {}).get("message", "") for m in server.messages)
+
+    assert "db-old.internal" in insert_text(inline(server, u, *at_end(text))[0])
+    shutil.copy(CASES / "D17-settings-after.py", settings)
+    done = scans()
+    server.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": uri(settings), "type": 2}]})
+    server.wait_for(lambda m: scans() > done)
+    touch(server, u, 2)
+    changed = [insert_text(i) for i in inline(server, u, *at_end(text))]
+    assert changed and "db-new.internal" in changed[0], changed
+    settings.unlink()
+    done = scans()
+    server.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": uri(settings), "type": 3}]})
+    server.wait_for(lambda m: scans() > done)
+    touch(server, u, 3)
+    deleted = [insert_text(i) for i in inline(server, u, *at_end(text))]
+    assert not any("db-new.internal" in t or "db-old.internal" in t for t in deleted), deleted
