@@ -1,6 +1,7 @@
 """Field reports of /work/shared/cases/field-reports.md, end to end against the real server process
 and the real embedded model: C33 (the client's selected completion item, LSP 3.18) and the kind
-"state goes stale" (D07, D08, D17: files that change on disk while the server runs).
+"state goes stale" (D07, D08, D17: files that change on disk while the server runs); D24 (pyflakes'
+names judge reads only the region of a long document that the completion touches).
 
 Each test starts its own server in a fresh workspace folder (``rootUri``) over raw pipes
 (``tests/lsp_raw.py``), so that the files it edits on disk are its own.
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from lsp_raw import RawServer
+
+from engine.monitors.names_judge import REGION_FROM_CHARS, blamed, region
 
 CASES = Path("/work/shared/cases/field-reports")
 SETTINGS = {"fsmComplete": {"logLevel": "debug", "generation": {"maxTokens": 24, "maxTokensMultiline": 64}}}
@@ -184,3 +187,46 @@ def test_d17_watched_files_are_registered_and_a_changed_or_deleted_file_leaves_t
     touch(server, u, 3)
     deleted = [insert_text(i) for i in inline(server, u, *at_end(text))]
     assert not any("db-new.internal" in t or "db-old.internal" in t for t in deleted), deleted
+
+
+# ---------------------------------------------------------------------------- D24
+
+
+def huge(head: str = "import os\n\n", last: str = "x = os.pa") -> str:
+    """D24's document (D24.py): 40,000 functions, about 1.9 MB, the cursor at the end of ``last``."""
+    body = "".join(f"def func_{i}(a, b):\n    return a + b * {i}\n\n" for i in range(40000))
+    return head + body + last
+
+
+def test_d24_a_long_document_is_judged_by_the_statements_the_completion_touches():
+    prefix = huge()
+    assert len(prefix) >= REGION_FROM_CHARS
+    part = region(prefix, "")
+    assert part.prefix == "x = os.pa" and part.suffix == ""
+    assert {"os", "func_0", "func_39999"} <= part.bound
+    # the verdicts of the whole document
+    for text, expected in (("th", []), ("th + func_3(1, 2)", []), ("th\nprint(x, func_39999, os)", []),
+                           ("th + undefined_thing", [("undefined_thing", 1)]), ("th\ny = zzz", [("zzz", 1)])):
+        assert sorted((b.name, b.rule) for b in blamed(prefix, text, "")) == expected, text
+
+
+def test_d24_the_region_spans_the_enclosing_top_level_statement_and_its_decorators():
+    prefix = huge(last="@decorate\n# note\n@functools.cache\ndef total(items):\n    if items:\n        pass\n    else:\n        return su")
+    suffix = "\n    return 0\n\nfunc_1(1, 2)\n"
+    part = region(prefix, suffix)
+    assert part.prefix.startswith("@decorate\n# note\n@functools.cache\ndef total(items):")
+    assert part.suffix == "\n    return 0\n\n"
+    assert sorted((b.name, b.rule) for b in blamed(prefix, "m(itemz)", suffix)) == [("itemz", 1)]
+    assert blamed(prefix, "m(items)", suffix) == []
+
+
+def test_d24_broken_lines_far_away_no_longer_silence_the_judge_of_a_long_document():
+    prefix = huge(head="import os\nfrom __future__ import annotations\ndef broken(:\n\n", last="x = os.pa")
+    # the whole document does not parse; the region does, with the names bound elsewhere
+    assert [(b.name, b.rule) for b in blamed(prefix, "th + undefined_thing", "")] == [("undefined_thing", 1)]
+    assert blamed(prefix, "th + func_7(1, 2)", "") == []
+
+
+def test_d24_a_star_import_outside_the_region_keeps_the_judge_lenient():
+    prefix = huge(head="from os.path import *\n\n", last="x = joi")
+    assert blamed(prefix, "n('a', 'b')", "") == []  # pyflakes: "may be undefined, or defined from star imports"
