@@ -214,6 +214,8 @@ def cmd_complete(args) -> int:
     code, text, offset, path = read_location(args)
     if code:
         return code
+    if path is None:  # stdin: a document of the caller's folder (its imports resolve there, also in the daemon)
+        path = os.path.join(os.getcwd(), STDIN_NAME)
     settings = command_settings(args)
     reply = None
     if not args.no_daemon:
@@ -487,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+STDIN_NAME = "<stdin>"  # the file name of a stdin document, in the caller's working directory
 STDIN = "\x00stdin"  # stands for FILE "-" while argparse reads the arguments; never printed
 
 

@@ -368,3 +368,28 @@ def test_the_vscode_extension_keeps_program_model_and_url_to_the_users_own_setti
     settings = package["contributes"]["configuration"]["properties"]
     assert set(untrusted["restrictedConfigurations"]) <= set(settings)
     assert all(settings[name]["scope"] == "machine" for name in restricted)
+
+
+# -- D05: a stdin request resolves in the caller's folder, not the daemon's --------------------------------
+
+
+def test_d05_stdin_requests_resolve_imports_in_the_callers_folder(daemon, tmp_path):
+    """The daemon runs in another folder (this checkout); in the caller's folder ``helpers.py``
+    defines ``beta_count``: ``helpers.be`` from stdin completes it through the daemon as without it."""
+    env, _sock, _pid = daemon
+    cases = Path(__file__).resolve().parents[2] / "shared" / "cases" / "field-reports"
+    here = tmp_path / "ckB"
+    here.mkdir()
+    helpers = (cases / "D05-ckB-helpers.py").read_text() if (cases / "D05-ckB-helpers.py").exists() else \
+        "def beta_count(items, key):\n    return len(items)\n"
+    (here / "helpers.py").write_text(helpers)
+    source = "import helpers\n\nvalue = helpers.be\n"
+    env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+    before = served(env)
+    runs = [subprocess.run([sys.executable, "-m", "fsm_complete", "complete", "-:3:19", *extra], cwd=here, env=env,
+                           input=source, capture_output=True, text=True, timeout=300, check=False)
+            for extra in ((), ("--no-daemon",))]
+    through, alone = runs
+    assert through.returncode == alone.returncode == 0, through.stderr
+    assert served(env) == before + 1  # the first went through the daemon
+    assert through.stdout == alone.stdout and through.stdout.startswith("ta_"), (through.stdout, alone.stdout)
