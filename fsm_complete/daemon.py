@@ -112,7 +112,23 @@ def settings_key(settings) -> dict:
     wire = to_wire(settings)
     if not settings.model.path.startswith("ollama:"):
         wire["model"]["path"] = str(settings.model_dir().resolve())
+        # a checkpoint replaced at the same path is another model: the daemon that loaded the old one refuses
+        wire["model"]["checkpointStamp"] = checkpoint_stamp(Path(wire["model"]["path"]))
     return json.loads(json.dumps(wire))  # as it arrives over the socket (tuples become lists)
+
+
+def checkpoint_stamp(path: Path) -> str:
+    """A digest of the model files at ``path`` (a GGUF file, or a checkpoint directory's files: names,
+    sizes, modification times); '' when it cannot be read."""
+    digest = hashlib.sha1()
+    try:
+        files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
+        for f in files:
+            st = f.stat()
+            digest.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    except OSError:
+        return ""
+    return digest.hexdigest()[:16]
 
 
 # -- the client side ----------------------------------------------------------------------------------

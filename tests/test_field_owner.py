@@ -393,3 +393,28 @@ def test_d05_stdin_requests_resolve_imports_in_the_callers_folder(daemon, tmp_pa
     assert through.returncode == alone.returncode == 0, through.stderr
     assert served(env) == before + 1  # the first went through the daemon
     assert through.stdout == alone.stdout and through.stdout.startswith("ta_"), (through.stdout, alone.stdout)
+
+
+def test_a_checkpoint_replaced_at_the_same_path_is_not_answered_by_the_daemon_that_loaded_the_old_one(open_tmp,
+                                                                                                      tmp_path):
+    """Kind 3: the daemon loaded a checkpoint; the files at that path change; a command is answered in its
+    own process (the new weights), with a note, instead of by the daemon's old model."""
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    model = tmp_path / "model"
+    shutil.copytree(DEFAULT_MODEL_DIR, model)
+    folder = open_tmp / "run"
+    folder.mkdir(mode=0o700)
+    env = dict(os.environ, FSM_COMPLETE_SOCKET=str(folder / "d.sock"))
+    started = cli(env, "daemon", "start", "--model", str(model), timeout=120)
+    assert started.returncode == 0, started.stderr
+    try:
+        first = cli(env, "complete", f"{DEMO}:20:16", "--model", str(model))
+        assert first.returncode == 0 and "answering in this process" not in first.stderr, first.stderr
+        weights = next(model.glob("*.safetensors"))
+        os.utime(weights, ns=(time.time_ns(), time.time_ns() + 10**9))  # replaced: same path, new file
+        second = cli(env, "complete", f"{DEMO}:20:16", "--model", str(model))
+        assert second.returncode == 0 and "checkpointStamp" in second.stderr, second.stderr
+        assert second.stdout == first.stdout
+    finally:
+        cli(env, "daemon", "stop", timeout=60)
