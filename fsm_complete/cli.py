@@ -350,6 +350,12 @@ def add_bench_parser(sub):
     sp.add_argument("--backend", choices=["auto", "torch", "llama-cpp"],
                     help="the engine (model.backend; default auto: a GGUF file on llama.cpp when installed)")
     sp.add_argument("--lsp", action="store_true", help="also time the same tasks through `fsm-complete serve`")
+    sp.add_argument("--replay", action="store_true",
+                    help="type each task's target one character at a time through a real server, as VS Code "
+                         "drives it, and report characters saved, latency and answers in time (lab/replay.py)")
+    sp.add_argument("--cadence", default="180",
+                    help="with --replay: comma-separated mean gaps between keystrokes in ms (default 180; e.g. "
+                         "120,180,300 for fast to slow typists)")
     sp.add_argument("--no-speculative", dest="no_speculative", action="store_true",
                     help="decode without speculative drafts (the baseline for engine/speculate.py)")
     sp.add_argument("--busy-core", dest="busy_core", action="store_true",

@@ -416,6 +416,8 @@ def run_bench(args, lsp_timer=None) -> dict:
         from .exactness import run_exactness
 
         return run_exactness(args)
+    if getattr(args, "replay", False):
+        return run_replay(args)
     from engine.complete import Engine
     from engine.settings import Settings
 
@@ -516,4 +518,29 @@ def print_summary(report: dict) -> None:
     for key in ("constrained", "by_mutation"):
         if key in report:
             summary[key] = {k: v for k, v in report[key].items() if k != "by_kind"}
+    if "replay" in report:
+        summary["replay"] = {mode: data["by_cadence"] for mode, data in report["replay"].items()}
     print(json.dumps(summary, indent=2))
+
+
+def run_replay(args) -> dict:
+    """``bench --replay``: the tasks typed through a real server at each ``--cadence``
+    (:mod:`lab.replay`); ``report.json`` holds them under ``replay``, ``replay.png`` plots characters
+    saved against the cadence."""
+    from . import replay
+
+    tasks, _ = sample_all(args)
+    try:
+        gaps = [float(g) for g in str(args.cadence).split(",") if g.strip()]
+    except ValueError as exc:
+        raise SystemExit(f"fsm-complete bench: --cadence takes comma-separated milliseconds ({exc})") from exc
+    if not gaps or any(g <= 0 for g in gaps):
+        raise SystemExit("fsm-complete bench: --cadence takes positive milliseconds")
+    result = replay.replay(tasks, [replay.Cadence(mean_ms=g) for g in gaps], seed=args.seed, model=args.model)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"tasks": len(tasks), "seed": args.seed, "model": args.model or "embedded", "replay": result}
+    (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    if len(gaps) > 1:
+        replay.plot(result, out / "replay.png")
+    return report
