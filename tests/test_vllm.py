@@ -309,7 +309,9 @@ def test_the_language_server_survives_the_vllm_server_dying(tmp_path):
         assert first and "timeout=" in first[0]["insertText"], first
         client = VllmClient(vllm.url)
         body = _long_request(client)
-        killer = threading.Timer(0.3, vllm.kill)  # mid-request: the request decodes for ~2 s
+        # mid-request: 400 tokens took ~2 s once, but well under 0.3 s on a quiet machine (the request then
+        # ended before the kill); 0.05 s kills it in flight (or before it connects: unavailable all the same)
+        killer = threading.Timer(0.05, vllm.kill)
         killer.start()
         with pytest.raises(BackendUnavailable):
             client._call("/v1/completions", body)
