@@ -14,6 +14,21 @@ import sys
 import time
 
 
+def read_message(stream) -> dict:
+    """One LSP message from ``stream`` (Content-Length framing); EOFError when the server closed it."""
+    length = 0
+    while True:
+        line = stream.readline()
+        if not line:
+            raise EOFError("server closed its output")
+        line = line.strip()
+        if not line:
+            break
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return json.loads(stream.read(length))
+
+
 class StdioClient:
     """JSON-RPC over a child process's stdin/stdout (LSP base protocol framing)."""
 
@@ -33,17 +48,7 @@ class StdioClient:
         return msg.get("id")
 
     def read(self) -> dict:
-        length = 0
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise EOFError("server closed its output")
-            line = line.strip()
-            if not line:
-                break
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        return json.loads(self.proc.stdout.read(length))
+        return read_message(self.proc.stdout)
 
     def request(self, method: str, params, timeout_s: float = 120.0):
         msg_id = self.send(method, params)

@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from .bench_lsp import utf16_position
+from .bench_lsp import read_message, utf16_position
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,11 @@ class Client:
             self.proc.stdin.flush()
 
     def _read(self) -> None:
-        out = self.proc.stdout
         while True:
-            length = 0
-            while True:
-                line = out.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    break
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            msg = json.loads(out.read(length))
+            try:
+                msg = read_message(self.proc.stdout)
+            except EOFError:
+                return
             if "method" in msg and "id" in msg:  # a server->client request
                 self._send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
             elif "id" in msg:
