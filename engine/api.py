@@ -146,6 +146,9 @@ class CompletionRequest:
     single_line: bool = False  # the editor shows one line only (an LSP CompletionItem): one line, never wrapped
     trigger_character: str | None = None  # what the user typed to trigger the request (LSP triggerCharacter)
     project: ProjectContext | None = None  # other documents' texts (the cache model's outer scopes); None: none
+    # computed before anyone asked (work between keystrokes, lsp_server/host.py): the result is kept for the
+    # request at this very position (Engine.ready_answer) and marked ``prefetched``
+    prefetch: bool = False
 
     def __post_init__(self):
         """Raises ``ValueError`` for a budget below 1 token, a temperature that is not a finite number
@@ -225,6 +228,7 @@ class Completion:
     semantics: dict = field(default_factory=dict)  # slot state before/after, member access, refusals, fuse events
     context: dict = field(default_factory=dict)  # the project-context cache: ids counted per scope, steps it mixed in
     typed_through: int = 0  # > 0: the rest of a recent completion the user typed this many characters of (no decoding)
+    prefetched: bool = False  # decoded between keystrokes, before the request at its position came (see prefetch)
     # the confidence gate: geometric mean of the kept tokens' probabilities under the final (masked) distribution,
     # in [0, 1]; None when nothing was decoded. Below settings ``generation.min_confidence`` the text is
     # withheld: ``text`` is empty and ``withheld`` holds what would have been shown

@@ -315,13 +315,32 @@ class Engine(DecodeLoop):
             if rkey != key or suffix != req.suffix or not req.prefix.startswith(prefix):
                 continue
             typed = req.prefix[len(prefix):]
+            if not typed and old.prefetched:  # decoded between keystrokes for this very position
+                return dataclasses.replace(old, timings_ms={}, trace=list(old.trace))
             if typed and old.text.startswith(typed) and len(typed) < len(old.text):
                 rest = old.text[len(typed):]
                 return Completion(text=rest, replace_suffix=old.replace_suffix, multiline=old.multiline,
                                   stop_reason=old.stop_reason, validation=old.validation,
                                   typed_through=old.typed_through + len(typed), fingerprint=old.fingerprint,
-                                  semantics=old.semantics)
+                                  semantics=old.semantics, prefetched=old.prefetched)
         return None
+
+    def ready_answer(self, req: CompletionRequest) -> Completion | None:
+        """The answer at ``req`` that needs no model step: the rest of a recent completion the user
+        typed into (:meth:`_typed_through`), or one decoded between keystrokes for this position
+        (``req.prefetch``; ``prefetched`` in the result). Takes no lock, so it answers at once while
+        the engine decodes something else (a prefetch); None when the request must be decoded.
+        ``timings_ms["total"]``: this lookup's time (ms)."""
+        if self.lm is None:
+            return None
+        t0 = time.perf_counter()
+        req = self.scalar_request(req)
+        view = TabView.of(req.prefix, req.suffix)
+        found = self._typed_through(view.request(req) if view is not None else req)
+        if found is None:
+            return None
+        found.timings_ms = {"total": round((time.perf_counter() - t0) * 1e3, 3)}
+        return view.back(found) if view is not None else found
 
     @staticmethod
     def scalar_request(req: CompletionRequest) -> CompletionRequest:
@@ -365,6 +384,7 @@ class Engine(DecodeLoop):
             try:
                 result = self._complete(req)
                 result = self._retry(req, result)
+                result.prefetched = req.prefetch
                 if not result.cancelled:
                     self._recent = [*self._recent[-(self.RECENT - 1):],
                                     (self._request_key(req), req.prefix, req.suffix, result)]

@@ -162,8 +162,10 @@ class PromptBuilder:
     """Builds FIM prompts within ``budget`` tokens, keeping the text nearest the cursor.
 
     The prefix keeps about three quarters of the budget, the suffix the rest (unused share moves to
-    the other side). The prefix is cut at a line start so that typing does not shift the cut (which
-    keeps the KV-cache prefix reusable).
+    the other side, the suffix's in steps of :data:`SUFFIX_STEP` tokens). The prefix is cut at a line
+    start so that typing does not shift the cut, and the suffix's length does not follow the prefix's
+    token by token: both keep the KV-cache prefix reusable while typing (in SPM order the suffix
+    comes first).
     """
 
     CHARS_PER_TOKEN_MAX = 8  # generous bound used to pre-cut long texts before tokenizing
@@ -201,6 +203,7 @@ class PromptBuilder:
             out.extend(part)
         return out
 
+    SUFFIX_STEP = 64  # the suffix's room beyond its quarter moves in steps of this many tokens (see build)
     CUT_LINES = 4  # the prefix starts on a document line whose index is a multiple of this
 
     def _fitting_line(self, prefix: str, room: int, first_line: int) -> int:
@@ -241,7 +244,11 @@ class PromptBuilder:
         suffix = suffix[:max_chars]
         p_ids = self._encode(self.tpl.prefix_sep + prefix) if self.tpl.prefix_sep else self._encode(prefix)
         s_ids = self._encode(suffix)
-        s_room = max(room // 4, room - len(p_ids))
+        # the suffix gets a quarter of the room, or what the prefix leaves, rounded down to a multiple of
+        # SUFFIX_STEP tokens: typing grows the prefix a token at a time, and a suffix cut that moved with
+        # it would change the prompt's head in SPM order (the whole KV cache prefilled again per keystroke)
+        free = room - len(p_ids)
+        s_room = max(room // 4, free - free % self.SUFFIX_STEP)
         s_ids = s_ids[: min(len(s_ids), s_room)]
         p_room = room - len(s_ids)
         if len(p_ids) > p_room:

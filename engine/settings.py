@@ -78,6 +78,9 @@ class GenerationSettings:
     # to ``draft_tokens`` ids guessed from the prompt and the project context in one forward pass; same output
     speculative: bool = True
     draft_tokens: int = _at_most(4, 16)
+    # work between keystrokes: while the user types a suggestion, the completion at its end is decoded in the
+    # pause (the editor's server, lsp_server/host.py), so the request there finds its answer ready
+    prefetch: bool = True
 
 
 @dataclass

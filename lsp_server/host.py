@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 WARM_UP_DELAY_S = 0.05  # quiet time after a change before the warm-up (prefill on edit) starts
+PREFETCH_DELAY_S = 0.005  # after an answer is sent, when the prefetch at the end of its text starts
 COLLECT_AFTER_S = 0.02  # after a decode ends, when the garbage collection it put off may run (engine.gc_pauses)
 CLIENT_REQUEST_TIMEOUT_S = 10.0  # how long a server->client request (progress, configuration) may take
 _EXIT_JOIN_TIMEOUT_S = 2.0
@@ -64,6 +66,7 @@ class EngineHost:
         self._threads: set[threading.Thread] = set()
         self._warm_up_timer: asyncio.TimerHandle | None = None
         self._warm_up_stop = threading.Event()  # set: the running warm-up (if any) stops
+        self._prefetch: Prefetch | None = None  # the completion being decoded between keystrokes (if any)
 
     # -- threads
 
@@ -245,9 +248,14 @@ class EngineHost:
                                          suffix_head=convert.normalise_line_endings(request.suffix[:65])[:64])
             self.requests[doc.uri] = record
             logger.debug("engine request %s %s", doc.uri, json.dumps(record.to_wire()))
-            completion = await self._decode(engine, request, record)
+            completion = await self._ready_answer(engine, request, doc.uri)
+            if completion is not None:
+                record.completed(completion, cancelled=False)
+            else:
+                completion = await self._decode(engine, request, record)
             if completion is None or completion.cancelled:
                 return None
+            self._prefetch_after(doc.uri, request, completion)
             if record.timings_ms is not None:  # the LSP layer's share of this request
                 record.timings_ms["lsp"] = round(max(0.0, (time.perf_counter() - t0) * 1e3
                                                      - completion.timings_ms.get("total", 0.0)), 2)
@@ -267,6 +275,7 @@ class EngineHost:
         engine = self.engine
         if engine is None:
             return None
+        self._stop_prefetch()
         request = convert.to_engine_request(cursor, cancel=threading.Event(), path=convert.document_path(doc.uri),
                                             project=self._server.project.context(self._server.documents, doc.uri))
         record = EngineRequestRecord(id=self._server.protocol.msg_id, version=doc.version, offset=cursor.offset,
@@ -317,6 +326,79 @@ class EngineHost:
         except Exception as exc:
             self._decode_failed(exc)
             return None
+
+    # -- work between keystrokes (prefetch)
+
+    async def _ready_answer(self, engine, request, uri: str):
+        """The answer to ``request`` that needs no decoding (:meth:`engine.complete.Engine.ready_answer`:
+        typed through a recent completion, or prefetched for this position), without waiting for the
+        decode slot; None when it must be decoded. A prefetch under way for this very position is
+        waited for instead of starting again; one for another position is stale and stops."""
+        ready = engine.ready_answer(request)
+        job = self._prefetch
+        if ready is not None or job is None:
+            return ready
+        if job.serves(uri, request):
+            await job.done.wait()
+            return engine.ready_answer(request)
+        self._stop_prefetch()
+        return None
+
+    PREFETCH_DEPTH = 2  # prefetches chained from one answer (each at the end of the one before)
+
+    def _prefetch_after(self, uri: str, request, completion, depth: int = 0) -> None:
+        """Work between keystrokes: once ``completion`` (answered at ``request``) is sent, decode the
+        completion at the end of its text, as if the user had typed it all, or, when it ends the
+        line (or is empty there), on the next line, as if the user pressed Enter (:func:`_enter`)
+        (settings ``generation.prefetch``), while the decode slot is free. The user typing through
+        the suggestion is answered from the suggestion itself meanwhile; the request at its end then
+        finds its answer ready (or waits for it). Each prefetch chains the next from its own answer,
+        :data:`PREFETCH_DEPTH` deep. Nothing when the text replaces characters after the cursor, or
+        when that position is already known or being computed."""
+        engine = self.engine
+        if (not self._server.settings.generation.prefetch or engine is None or self._server.closed
+                or getattr(engine, "remote", False) or completion.replace_suffix or completion.cancelled
+                or depth >= self.PREFETCH_DEPTH or request.single_line):
+            return
+        prefix = request.prefix + completion.text
+        if not completion.text or completion.text.endswith(("\n", "\r")):
+            if completion.text.endswith(("\n", "\r")) or request.suffix.lstrip(" \t")[:1] not in ("", "\n", "\r"):
+                return  # mid-line with nothing to add, or a text that already ends with a line break
+            prefix += _enter(prefix, "\r\n" if "\r\n" in request.prefix[-4096:] else "\n")
+        ahead = dataclasses.replace(request, prefix=prefix, cancel=threading.Event(), on_token=None,
+                                    trigger_character=None, prefetch=True)
+        job = self._prefetch
+        if (job is not None and job.serves(uri, ahead)) or engine.ready_answer(ahead) is not None:
+            return
+        self._stop_prefetch()
+        self._prefetch = job = Prefetch(uri, ahead, depth)
+        asyncio.get_running_loop().call_later(PREFETCH_DELAY_S, lambda: asyncio.ensure_future(self._run_prefetch(job)))
+
+    async def _run_prefetch(self, job: Prefetch) -> None:
+        engine = self.engine
+        completion = None
+        try:
+            if self._prefetch is not job or job.request.cancel.is_set() or engine is None or self._server.closed \
+                    or self._decode_lock.locked():
+                return
+            record = EngineRequestRecord(id=None, version=None, offset=len(job.request.prefix), source="prefetch")
+            completion = await self._decode(engine, job.request, record)
+            logger.debug("prefetch in %s at offset %d: %s", job.uri, record.offset,
+                         "stale, stopped" if completion is None or completion.cancelled
+                         else f"{len(completion.text)} characters, {completion.tokens} tokens in {record.latency_ms:.0f} ms")
+        finally:
+            job.done.set()
+            if self._prefetch is job:
+                self._prefetch = None
+        if completion is not None and not completion.cancelled and self._prefetch is None:
+            self._prefetch_after(job.uri, job.request, completion, job.depth + 1)
+
+    def _stop_prefetch(self) -> None:
+        """The prefetch under way (if any) is stale: its decode stops at the next token."""
+        job, self._prefetch = self._prefetch, None
+        if job is not None:
+            job.request.cancel.set()
+            job.done.set()
 
     def _save_tables_soon(self, engine) -> None:
         """Write the FSM tables the last request built to the disk cache, on a thread off the
@@ -392,14 +474,43 @@ class EngineHost:
             event.set()
 
     def cancel_all(self) -> None:
-        """Stop every decode, the warm-up and the workspace scan (shutdown, exit)."""
+        """Stop every decode, the warm-up, the prefetch and the workspace scan (shutdown, exit)."""
         self._warm_up_stop.set()
+        self._stop_prefetch()
         self._server.project.stop.set()
         if self._warm_up_timer is not None:
             self._warm_up_timer.cancel()
             self._warm_up_timer = None
         for event in list(self._cancel_events.values()):
             event.set()
+
+
+def _enter(prefix: str, eol: str) -> str:
+    """What an editor inserts when Enter is pressed at the end of ``prefix``: the line break and the
+    line's indentation, one level more after a line ending in ``:`` (VS Code's and Vim's Python
+    indentation rules; a level is four spaces, or a tab where the line is indented with tabs)."""
+    line = prefix[max(prefix.rfind("\n"), prefix.rfind("\r")) + 1:]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    if line.rstrip().endswith(":"):
+        indent += "\t" if indent.startswith("\t") else "    "
+    return eol + indent
+
+
+class Prefetch:
+    """One completion decoded between keystrokes: ``request`` (``prefetch=True``) in document ``uri``,
+    ``depth`` prefetches after the answer the user saw; ``done`` is set when it ended (answered,
+    stopped as stale, or never started)."""
+
+    def __init__(self, uri: str, request, depth: int = 0):
+        self.uri, self.request, self.depth = uri, request, depth
+        self.done = asyncio.Event()
+
+    def serves(self, uri: str, request) -> bool:
+        """Whether ``request`` asks for this very position with the same options."""
+        mine = self.request
+        return (uri == self.uri and request.prefix == mine.prefix and request.suffix == mine.suffix
+                and (request.constraints, request.multiline, request.max_tokens, request.single_line)
+                == (mine.constraints, mine.multiline, mine.max_tokens, mine.single_line))
 
 
 def _load_engine(settings: Settings, progress: Callable[[str, float], None]):

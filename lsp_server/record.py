@@ -19,7 +19,8 @@ class EngineRequestRecord:
     length in tokens after truncation to the model window), ``reusedTokens`` (how many of them the
     KV cache already held), ``latencyMs``, ``mode``, ``projectContext`` (the cache model's token ids
     counted per scope, the decode steps it mixed into, its ms) and ``timingsMs`` (the engine's stages,
-    :mod:`engine.stages`, plus ``lsp``: the host's time around the engine) when it ended with a completion. An
+    :mod:`engine.stages`, plus ``lsp``: the host's time around the engine) and ``source`` (``decoded``,
+    ``typedThrough``, ``prefetched``: decoded between keystrokes) when it ended with a completion. An
     ``explain`` request's record has ``explain: true`` and no cursor context.
     """
 
@@ -45,6 +46,9 @@ class EngineRequestRecord:
     timings_ms: dict | None = None
     mode: str | None = None
     project_context: dict | None = None
+    # how the answer came: "decoded" (for this request), "typedThrough" (the rest of a recent completion),
+    # "prefetched" (decoded between keystrokes before the request came); "prefetch": the record of a prefetch
+    source: str | None = None
 
     def ended(self, stop_reason: str, cancelled: bool) -> None:
         """Decoding ended without a completion (cancelled before it started, or an error)."""
@@ -62,6 +66,9 @@ class EngineRequestRecord:
         self.timings_ms = dict(completion.timings_ms)
         self.mode = completion.fingerprint.get("mode", "unconstrained")
         self.project_context = completion.context
+        if self.source is None:
+            self.source = ("typedThrough" if completion.typed_through else
+                           "prefetched" if completion.prefetched else "decoded")
 
     def to_wire(self) -> dict:
         out: dict[str, Any] = {"id": self.id, "version": self.version, "offset": self.offset}
@@ -75,5 +82,5 @@ class EngineRequestRecord:
         if self.fuses is not None:
             out.update(fuses=self.fuses, promptTokens=self.prompt_tokens, reusedTokens=self.reused_tokens,
                        latencyMs=self.latency_ms, mode=self.mode, projectContext=self.project_context,
-                       timingsMs=self.timings_ms)
+                       timingsMs=self.timings_ms, source=self.source)
         return out

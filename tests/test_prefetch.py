@@ -1,0 +1,163 @@
+"""Work between keystrokes (issue 33, item 2): once a suggestion is sent, the server decodes the
+completion at its end while the user types it (``generation.prefetch``), and throws that work away
+when an edit makes it stale. Real server process, real embedded model; how each answer came is the
+``source`` of ``fsmComplete/lastEngineRequest`` (``decoded``, ``typedThrough``, ``prefetched``)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from lsp_raw import RawServer
+
+from engine.api import CompletionRequest
+from engine.complete import Engine
+
+URI = "untitled:prefetch.py"
+# a small buffer where the embedded model suggests " += len(name)" after ``total`` (line 14, 0-based 13)
+TEXT = ('import os\n\n\ndef main():\n    total = 0\n    for name in os.listdir("."):\n        total += len(name)\n'
+        "    return total\n\n\ndef count(path):\n    total = 0\n    for name in os.listdir(path):\n        total")
+
+
+def _server(prefetch: bool) -> RawServer:
+    server = RawServer()
+    server.initialize({"window": {"workDoneProgress": True}},
+                      {"fsmComplete": {"logLevel": "debug", "generation": {"prefetch": prefetch}}})
+    server.wait_model_loaded()
+    server.notify("textDocument/didOpen",
+                  {"textDocument": {"uri": URI, "languageId": "python", "version": 1, "text": TEXT}})
+    return server
+
+
+class Typist:
+    """The document as the test types it: incremental didChange at the end, inline requests there."""
+
+    def __init__(self, server: RawServer, text: str = TEXT):
+        self.server, self.text, self.version = server, text, 1
+
+    def position(self) -> dict:
+        lines = self.text.split("\n")
+        return {"line": len(lines) - 1, "character": len(lines[-1])}
+
+    def type(self, piece: str) -> None:
+        pos = self.position()
+        self.version += 1
+        self.server.notify("textDocument/didChange", {
+            "textDocument": {"uri": URI, "version": self.version},
+            "contentChanges": [{"range": {"start": pos, "end": pos}, "text": piece}]})
+        self.text += piece
+
+    def suggest(self) -> tuple[str, dict]:
+        """The inline suggestion at the end (its text) and the engine's record of how it came."""
+        answer = self.server.call("textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": self.position(), "context": {"triggerKind": 2}}, timeout=120)
+        items = answer["result"]["items"]
+        text = items[0]["insertText"] if items else ""
+        record = self.server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": URI}})["result"]
+        return text, record
+
+
+def _prefetches(server: RawServer) -> list[str]:
+    return re.findall(r"DEBUG lsp_server\.host: prefetch in \S+ at offset \d+: ([^\n]*)", server.stderr_text())
+
+
+def _wait_prefetches(server: RawServer, n: int, timeout: float = 60.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while len(found := _prefetches(server)) < n:
+        assert time.monotonic() < deadline, server.stderr_text()[-3000:]
+        time.sleep(0.02)
+    return found
+
+
+def _fresh(text: str) -> str:
+    """What a server with no prefetch suggests at the end of ``text`` (a decode of its own)."""
+    server = _server(prefetch=False)
+    try:
+        typist = Typist(server)
+        typist.type(text[len(TEXT):])
+        suggestion, record = typist.suggest()
+        assert record["source"] == "decoded", record
+        assert not _prefetches(server)
+        return suggestion
+    finally:
+        server.kill()
+
+
+def test_the_completion_at_the_end_of_a_suggestion_is_ready_when_the_user_types_it():
+    server = _server(prefetch=True)
+    try:
+        typist = Typist(server)
+        first, record = typist.suggest()
+        assert first.startswith(" += len"), first
+        assert record["source"] == "decoded"
+        # typing into the suggestion is answered from it at once, prefetch or not
+        for ch in first[:-1]:
+            typist.type(ch)
+            rest, record = typist.suggest()
+            assert record["source"] == "typedThrough" and first.endswith(rest), (rest, record)
+        typist.type(first[-1])
+        # the request at the suggestion's end comes while the prefetch may still run: it waits for it
+        # instead of decoding again (never "decoded"), and the prefetch ran once, not stopped
+        then, record = typist.suggest()
+        assert record["source"] == "prefetched", record
+        assert then == _fresh(typist.text), "the prefetched answer is the one a decode there gives"
+        # the line is done (the model adds nothing to it): the next prefetch is the next line's, as if
+        # Enter were pressed (the editor keeps the line's indentation)
+        if not then:
+            typist.type("\n        ")
+            then, record = typist.suggest()
+            assert record["source"] == "prefetched", record
+            assert then and then == _fresh(typist.text)
+        done = _wait_prefetches(server, 2)
+        assert not [d for d in done if "stale" in d], done
+    finally:
+        server.kill()
+
+
+def test_an_edit_off_the_suggestion_makes_the_prefetch_stale():
+    server = _server(prefetch=True)
+    try:
+        typist = Typist(server)
+        first, _ = typist.suggest()
+        assert first.startswith(" += len"), first
+        typist.type(" -")  # not what was suggested: the completion at the suggestion's end is of no use now
+        other, record = typist.suggest()
+        assert record["source"] == "decoded", record
+        assert other == _fresh(typist.text)
+        done = _wait_prefetches(server, 1)  # stopped at its next token, or it had already ended: nothing served
+        assert len(done) >= 1
+    finally:
+        server.kill()
+
+
+def test_the_prefetch_setting_turns_it_off():
+    server = _server(prefetch=False)
+    try:
+        typist = Typist(server)
+        first, _ = typist.suggest()
+        typist.type(first)
+        _, record = typist.suggest()
+        assert record["source"] == "decoded"
+        assert not _prefetches(server)
+    finally:
+        server.kill()
+
+
+def test_the_engine_serves_a_position_again_only_when_it_was_prefetched():
+    """``Engine.ready_answer``: a prefetched completion answers its own position; an ordinary
+    request's answer is not replayed for the same position (it is decoded again), only typed into."""
+    engine = Engine()
+    engine.load()
+    plain = CompletionRequest(prefix=TEXT)
+    done = engine.complete(plain)
+    assert done.text and not done.prefetched
+    assert engine.ready_answer(plain) is None
+    typed = engine.ready_answer(CompletionRequest(prefix=TEXT + done.text[:2]))
+    assert typed is not None and typed.text == done.text[2:] and typed.typed_through == 2
+
+    ahead = CompletionRequest(prefix=TEXT + done.text, prefetch=True)
+    prefetched = engine.complete(ahead)
+    assert prefetched.prefetched
+    again = engine.ready_answer(CompletionRequest(prefix=TEXT + done.text))
+    assert again is not None and again.prefetched and again.text == prefetched.text
+    assert engine.ready_answer(CompletionRequest(prefix=TEXT + done.text, suffix="\n")) is None  # another document
