@@ -526,7 +526,8 @@ def print_summary(report: dict) -> None:
 def run_replay(args) -> dict:
     """``bench --replay``: the tasks typed through a real server at each ``--cadence``
     (:mod:`lab.replay`); ``report.json`` holds them under ``replay``, ``replay.png`` plots characters
-    saved against the cadence."""
+    saved against the cadence, and ``first_answer`` the time from spawning a server to its first
+    non-empty suggestion (:func:`lab.replay.first_answer`)."""
     from . import replay
 
     tasks, _ = sample_all(args)
@@ -539,7 +540,9 @@ def run_replay(args) -> dict:
     result = replay.replay(tasks, [replay.Cadence(mean_ms=g) for g in gaps], seed=args.seed, model=args.model)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"tasks": len(tasks), "seed": args.seed, "model": args.model or "embedded", "replay": result}
+    report = {"tasks": len(tasks), "seed": args.seed, "model": args.model or "embedded", "replay": result,
+              "first_answer": replay.first_answer(tasks, replay.Cadence(mean_ms=gaps[0]), seed=args.seed,
+                                                  model=args.model)}
     (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     if len(gaps) > 1:
         replay.plot(result, out / "replay.png")

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import dataclasses
 from dataclasses import asdict, dataclass
 
 from .bench_lsp import read_message, utf16_position
@@ -41,7 +42,9 @@ from .bench_lsp import read_message, utf16_position
 class Cadence:
     """A typist: gaps between keystrokes in ms, ``mean_ms`` times a log-normal factor of spread
     ``jitter``; with probability ``burst`` a quick gap of ``burst_ms`` (a practised word), with
-    probability ``pause`` ``pause_ms`` more (a thought). 180 ms is about 6.5 characters a second."""
+    probability ``pause`` ``pause_ms`` more (a thought). 180 ms is about 6.5 characters a second.
+    Typing starts ``open_ms`` after the document opens (the server's warm-up on open runs meanwhile,
+    as it does while a user finds the place to type)."""
 
     mean_ms: float = 180.0
     jitter: float = 0.35
@@ -49,6 +52,7 @@ class Cadence:
     burst_ms: float = 70.0
     pause: float = 0.04
     pause_ms: float = 900.0
+    open_ms: float = 1000.0  # from opening the document to the first keystroke (the user finds the place)
 
     def gaps(self, rng: random.Random):
         while True:
@@ -165,6 +169,8 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
     client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": version,
                                                             "text": text}})
     target, typed, saved, accepted = task.target, 0, 0, 0
+    first_shown: float | None = None  # when the first non-empty suggestion arrived (time.perf_counter)
+    time.sleep(cadence.open_ms / 1e3)
     latencies: list[float] = []
     in_time, requests, cancelled = 0, 0, 0
     gaps = cadence.gaps(rng)
@@ -204,6 +210,8 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
         in_time += 1
         pending = None
         suggestion = _suggestion(msg, text, offset)
+        if suggestion and first_shown is None:
+            first_shown = _arrived
         if acceptable(suggestion, target[typed:]):
             insert(suggestion)
             typed += len(suggestion)
@@ -221,7 +229,7 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return {"kind": task.kind, "chars": len(target), "saved": saved, "accepted_lines": accepted,
             "requests": requests, "in_time": in_time, "cancelled": cancelled, "unanswered": unanswered,
-            "latencies": latencies}
+            "latencies": latencies, "first_shown": first_shown}
 
 
 def summarize(rows: list[dict], cadence: Cadence) -> dict:
@@ -272,6 +280,29 @@ def replay(tasks, cadences: list[Cadence], seed: int = 0, model: str | None = No
         finally:
             client.close()
     return out
+
+
+def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = None, spawns: int = 5) -> dict:
+    """Spawn to the first non-empty answer, as an editor starting the server meets it: for each of the
+    first ``spawns`` tasks a fresh server (constrained, the default settings) is spawned, the task's
+    document opened at once and its target typed from then on at ``cadence`` (no pause after the
+    open: the server is started by opening the file, and the user types while it loads); the time
+    from the spawn to the first non-empty suggestion that arrived before the next keystroke, in ms
+    (None for a task where none came). ``first_answer_ms``: their median over the tasks with one."""
+    cadence = dataclasses.replace(cadence, open_ms=0.0)
+    times: list[float | None] = []
+    for i, task in enumerate(tasks[:spawns]):
+        options = {"model": {"path": model}} if model else {}
+        t0 = time.perf_counter()
+        client = Client(options)
+        try:
+            row = replay_task(client, task, f"untitled:first-{i}.py", cadence, random.Random(seed * 1000 + 999 + i))
+        finally:
+            client.close()
+        times.append(None if row["first_shown"] is None else round((row["first_shown"] - t0) * 1e3, 1))
+    shown = [t for t in times if t is not None]
+    return {"first_answer_ms": round(statistics.median(shown), 1) if shown else None, "per_task_ms": times,
+            "cadence": asdict(cadence)}
 
 
 def plot(report: dict, path) -> None:

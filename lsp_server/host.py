@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from lsprotocol import types
 
 from engine import gc_pauses
-from engine.api import Completion
+from engine.api import Completion, StopReason
 from engine.settings import Settings
 from lsp_server import convert
 from lsp_server.document import Document
@@ -233,6 +233,8 @@ class EngineHost:
         cancel = threading.Event()
         self._cancel_events[msg_id] = cancel
         try:
+            if not self._ready.is_set() and not single_line and (early := self._while_loading(doc, cursor, msg_id)):
+                return early
             await self._ready.wait()
             engine = self.engine
             if engine is None:
@@ -265,6 +267,26 @@ class EngineHost:
             return completion
         finally:
             self._cancel_events.pop(msg_id, None)
+
+    def _while_loading(self, doc: Document, cursor: convert.Cursor, msg_id) -> Completion | None:
+        """While the model loads, a line copy answers without it
+        (:func:`engine.context.lines.line_copy`: the rest of the cursor's line as the document's
+        other lines that begin like it go on); None (the request waits for the model) when there is
+        none. The record's ``source`` is ``lineCopy``."""
+        from engine.context.lines import line_copy
+
+        t0 = time.perf_counter()
+        prefix, suffix = cursor.text[: cursor.offset], cursor.text[cursor.offset:]
+        rest = line_copy(prefix, suffix)
+        if rest is None:
+            return None
+        completion = Completion(text=rest, stop_reason=StopReason.NEWLINE, validation="skipped",
+                                timings_ms={"total": round((time.perf_counter() - t0) * 1e3, 3)})
+        record = EngineRequestRecord(id=msg_id, version=doc.version, offset=cursor.offset, source="lineCopy")
+        record.completed(completion, cancelled=False)
+        self.requests[doc.uri] = record
+        logger.debug("request %r answered with a line copy while the model loads", msg_id)
+        return completion
 
     async def explain(self, doc: Document, cursor: convert.Cursor) -> dict | None:
         """The explain record (engine/explain.py) of a fresh completion at ``cursor``, with its

@@ -148,3 +148,34 @@ class LineIndex:
         ranked = sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
         return ([t for t, _ in ranked], [v / n for _, v in ranked],
                 n / (n + 1.0) * min(1.0, len(key) / FULL_KEY))
+
+
+def line_copy(prefix: str, suffix: str) -> str | None:
+    """A completion that needs no model, for the time the model loads: the rest of the cursor's line
+    as the document's other lines that begin as it does go on, when at least two of them and more
+    than half of them go on the same way (whole rests compared, indentation and trailing white space
+    left out). The cursor must be at the end of its line (nothing but white space after it), not in a
+    comment (:func:`engine.lexing.context.cursor_context`; a string opened on the line is copied
+    like code), with at least
+    :data:`MIN_KEY` characters typed on the line. ``prefix``/``suffix``: the document around the
+    cursor (any line endings). None when no rest qualifies. Costs one pass over the document's lines."""
+    from ..lexing.context import COMMENT, cursor_context
+
+    start = max(prefix.rfind("\n"), prefix.rfind("\r")) + 1
+    line = prefix[start:]
+    key = line.lstrip()
+    after = re.split(r"\r\n|\r|\n", suffix, maxsplit=1)
+    if len(key.rstrip()) < MIN_KEY or after[0].strip() or cursor_context(prefix).kind == COMMENT:
+        return None
+    rests: Counter[str] = Counter()
+    for text in (prefix[:start], after[1] if len(after) > 1 else ""):
+        for other in normalize_eol(scalar_text(text)).split("\n"):
+            other = other.strip()
+            if other.startswith(key):
+                rests[other[len(key):]] += 1
+    if not rests:
+        return None
+    rest, n = rests.most_common(1)[0]
+    if not rest or n < 2 or n * 2 <= sum(rests.values()):
+        return None
+    return rest
