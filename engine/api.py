@@ -149,6 +149,10 @@ class CompletionRequest:
     # computed before anyone asked (work between keystrokes, lsp_server/host.py): the result is kept for the
     # request at this very position (Engine.ready_answer) and marked ``prefetched``
     prefetch: bool = False
+    # keeping pace with a typist: past this instant (time.perf_counter(), seconds) decoding ends as if the token
+    # budget ran out (cut back to its last natural end); at least one token is decoded, and no retry starts.
+    # None: no time limit (lsp_server/host.py sets it from the gaps between the user's keystrokes)
+    deadline: float | None = None
 
     def __post_init__(self):
         """Raises ``ValueError`` for a budget below 1 token, a temperature that is not a finite number

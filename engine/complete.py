@@ -418,7 +418,8 @@ class Engine(DecodeLoop):
         bans: dict[int, list[int]] = {}
         prior = self._attempt  # the first attempt's plan and spec: a retry reuses them (no jedi, no scan)
         tries = 0
-        while not result.cancelled and not self.remote and tries < self.settings.generation.retries:
+        while not result.cancelled and not self.remote and tries < self.settings.generation.retries \
+                and (req.deadline is None or time.perf_counter() < req.deadline):
             ban = self._retry_ban(result)
             if ban is None or ban[1] in bans.get(ban[0], ()):
                 break

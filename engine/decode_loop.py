@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from . import lexing
 from .api import Completion, CompletionRequest, StopReason, TraceStep
-from .finish import Cursor, Draft, leading_break, multiline_cut
+from .finish import Cursor, Draft, leading_break, mid_expression, multiline_cut
+from .lexing.scanner import string_spans
 from .fsm import PythonGuide
 from .monitors.filter import fuse_action
 from .monitors.semantics import Semantics
@@ -152,6 +153,8 @@ class DecodeLoop:
             if req.cancel is not None and req.cancel.is_set():
                 result.cancelled, dec.stop = True, StopReason.CANCELLED
                 break
+            if req.deadline is not None and self._due(dec, req.deadline, len(start.heal)):
+                break  # the next keystroke is due: the text ends at the last whole expression (_due)
             step = TraceStep()
             raw = logits
             if start.guide is None:
@@ -238,6 +241,34 @@ class DecodeLoop:
             dec.stop = StopReason.DEDENT
             return True
         return False
+
+    @staticmethod
+    def _due(dec: Decoding, deadline: float, heal: int = 0) -> bool:
+        """Past ``deadline`` (:attr:`engine.api.CompletionRequest.deadline`), does decoding end
+        here? It does at the end of the token before the last one, ``k``, when the text up to ``k``
+        is whole: past the re-typed word (``heal`` characters), outside a string literal, not in
+        the middle of an expression the last token goes on with (:func:`engine.finish.mid_expression`),
+        and every bracket it opens closed. The completion is then ``text[:k]`` (``dec.cut``,
+        ``MAX_TOKENS_CUT``): a prefix of what decoding on would give that finishing keeps as it is,
+        never a call closed early or half a name."""
+        if len(dec.ends) < 2 or time.perf_counter() < deadline:
+            return False
+        text, k = dec.text, dec.ends[-2]
+        if k <= heal or mid_expression(text, k):
+            return False
+        spans = string_spans(text)
+        if any(a < k <= b for a, b in spans):
+            return False
+        depth = 0
+        for i, ch in enumerate(text[:k]):
+            if ch in "([{" and not any(a <= i < b for a, b in spans):
+                depth += 1
+            elif ch in ")]}" and not any(a <= i < b for a, b in spans):
+                depth = max(0, depth - 1)  # a closer of a bracket opened before the cursor
+        if depth:
+            return False
+        dec.stop, dec.cut = StopReason.MAX_TOKENS_CUT, k
+        return True
 
     @staticmethod
     def budget_cut(dec: Decoding, plan: Plan) -> None:

@@ -81,6 +81,9 @@ class GenerationSettings:
     # work between keystrokes: while the user types a suggestion, the completion at its end is decoded in the
     # pause (the editor's server, lsp_server/host.py), so the request there finds its answer ready
     prefetch: bool = True
+    # keeping pace with a typist (lsp_server/host.py): while the user types, an inline completion's decoding ends
+    # in time for the next keystroke (the 10th percentile of the recent gaps between keystrokes, at least 60 ms)
+    keep_pace: bool = True
 
 
 @dataclass

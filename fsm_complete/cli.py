@@ -356,6 +356,9 @@ def add_bench_parser(sub):
     sp.add_argument("--cadence", default="180",
                     help="with --replay: comma-separated mean gaps between keystrokes in ms (default 180; e.g. "
                          "120,180,300 for fast to slow typists)")
+    sp.add_argument("--server-settings", dest="server_settings", default="",
+                    help="with --replay: JSON settings for the servers typed into, as initializationOptions' "
+                         "fsmComplete section (e.g. '{\"generation\": {\"prefetch\": false}}')")
     sp.add_argument("--no-speculative", dest="no_speculative", action="store_true",
                     help="decode without speculative drafts (the baseline for engine/speculate.py)")
     sp.add_argument("--busy-core", dest="busy_core", action="store_true",

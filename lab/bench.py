@@ -537,12 +537,20 @@ def run_replay(args) -> dict:
         raise SystemExit(f"fsm-complete bench: --cadence takes comma-separated milliseconds ({exc})") from exc
     if not gaps or any(g <= 0 for g in gaps):
         raise SystemExit("fsm-complete bench: --cadence takes positive milliseconds")
-    result = replay.replay(tasks, [replay.Cadence(mean_ms=g) for g in gaps], seed=args.seed, model=args.model)
+    try:
+        settings = json.loads(getattr(args, "server_settings", "") or "{}")
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"fsm-complete bench: --server-settings takes a JSON object ({exc})") from exc
+    if not isinstance(settings, dict):
+        raise SystemExit("fsm-complete bench: --server-settings takes a JSON object")
+    result = replay.replay(tasks, [replay.Cadence(mean_ms=g) for g in gaps], seed=args.seed, model=args.model,
+                           settings=settings)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"tasks": len(tasks), "seed": args.seed, "model": args.model or "embedded", "replay": result,
+    report = {"tasks": len(tasks), "seed": args.seed, "model": args.model or "embedded", "server_settings": settings,
+              "replay": result,
               "first_answer": replay.first_answer(tasks, replay.Cadence(mean_ms=gaps[0]), seed=args.seed,
-                                                  model=args.model)}
+                                                  model=args.model, settings=settings)}
     (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     if len(gaps) > 1:
         replay.plot(result, out / "replay.png")

@@ -250,15 +250,26 @@ def summarize(rows: list[dict], cadence: Cadence) -> dict:
             "cadence": asdict(cadence)}
 
 
-def replay(tasks, cadences: list[Cadence], seed: int = 0, model: str | None = None) -> dict:
-    """Every task typed at every cadence in both modes, each mode through its own fresh server;
-    the ``replay`` section of ``report.json``: ``{mode: {"by_cadence": [...], "by_kind": {...}}}``
+def _options(settings: dict | None, **more) -> dict:
+    """``settings`` (the ``fsmComplete`` section of initializationOptions) with ``more`` sections
+    merged over it."""
+    out = {key: dict(value) if isinstance(value, dict) else value for key, value in (settings or {}).items()}
+    for key, value in more.items():
+        out[key] = {**out.get(key, {}), **value}
+    return out
+
+
+def replay(tasks, cadences: list[Cadence], seed: int = 0, model: str | None = None,
+           settings: dict | None = None) -> dict:
+    """Every task typed at every cadence in both modes, each mode through its own fresh server
+    (``settings``: its initializationOptions' ``fsmComplete`` section, besides the mode); the
+    ``replay`` section of ``report.json``: ``{mode: {"by_cadence": [...], "by_kind": {...}}}``
     (``by_kind`` at the first cadence)."""
     out: dict = {}
     for mode in ("constrained", "unconstrained"):
-        options = {"constraints": {"enabled": mode == "constrained"}}
+        options = _options(settings, constraints={"enabled": mode == "constrained"})
         if model:
-            options["model"] = {"path": model}
+            options["model"] = {**options.get("model", {}), "path": model}
         client = Client(options)
         try:
             # the model loads in the background: a first request waits for it (not counted)
@@ -282,7 +293,8 @@ def replay(tasks, cadences: list[Cadence], seed: int = 0, model: str | None = No
     return out
 
 
-def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = None, spawns: int = 5) -> dict:
+def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = None, spawns: int = 5,
+                 settings: dict | None = None) -> dict:
     """Spawn to the first non-empty answer, as an editor starting the server meets it: for each of the
     first ``spawns`` tasks a fresh server (constrained, the default settings) is spawned, the task's
     document opened at once and its target typed from then on at ``cadence`` (no pause after the
@@ -292,7 +304,7 @@ def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = Non
     cadence = dataclasses.replace(cadence, open_ms=0.0)
     times: list[float | None] = []
     for i, task in enumerate(tasks[:spawns]):
-        options = {"model": {"path": model}} if model else {}
+        options = _options(settings, **({"model": {"path": model}} if model else {}))
         t0 = time.perf_counter()
         client = Client(options)
         try:

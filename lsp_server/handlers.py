@@ -74,12 +74,14 @@ def did_change(ls: FsmCompleteServer, params: types.DidChangeTextDocumentParams)
     if doc is None:
         logger.info("didChange for %s, which is not open: ignored", params.text_document.uri)
         return
+    ls.host.keystroke(doc.uri)
     ls.host.schedule_warm_up(doc)
 
 
 @_feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: FsmCompleteServer, params: types.DidCloseTextDocumentParams) -> None:
     ls.host.requests.pop(params.text_document.uri, None)
+    ls.host.forget(params.text_document.uri)
     if ls.documents.close(params.text_document.uri) is None:
         logger.info("didClose for %s, which is not open: ignored", params.text_document.uri)
 

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 WARM_UP_DELAY_S = 0.05  # quiet time after a change before the warm-up (prefill on edit) starts
 PREFETCH_DELAY_S = 0.005  # after an answer is sent, when the prefetch at the end of its text starts
+# keeping pace with a typist (generation.keepPace): the gaps between a document's keystrokes that count (a longer one
+# is a pause), how many are kept and needed, the quantile of them a decode must end within, and the least time given
+PACE_GAP_MAX_S, PACE_GAPS, PACE_MIN_GAPS, PACE_QUANTILE, PACE_MIN_S = 1.0, 32, 5, 0.10, 0.06
 COLLECT_AFTER_S = 0.02  # after a decode ends, when the garbage collection it put off may run (engine.gc_pauses)
 CLIENT_REQUEST_TIMEOUT_S = 10.0  # how long a server->client request (progress, configuration) may take
 _EXIT_JOIN_TIMEOUT_S = 2.0
@@ -67,6 +70,7 @@ class EngineHost:
         self._warm_up_timer: asyncio.TimerHandle | None = None
         self._warm_up_stop = threading.Event()  # set: the running warm-up (if any) stops
         self._prefetch: Prefetch | None = None  # the completion being decoded between keystrokes (if any)
+        self._keys: dict[str, tuple[float, list[float]]] = {}  # by URI: the last change's time, recent gaps (s)
 
     # -- threads
 
@@ -230,6 +234,7 @@ class EngineHost:
         """
         msg_id = self._server.protocol.msg_id
         version = doc.version  # the version ``cursor`` was taken from
+        deadline = None if single_line else self._pace_deadline(doc.uri)
         cancel = threading.Event()
         self._cancel_events[msg_id] = cancel
         try:
@@ -241,7 +246,7 @@ class EngineHost:
                 return None
             t0 = time.perf_counter()
             request = convert.to_engine_request(
-                cursor, single_line=single_line, trigger_character=trigger_character, cancel=cancel,
+                cursor, single_line=single_line, trigger_character=trigger_character, cancel=cancel, deadline=deadline,
                 path=convert.document_path(doc.uri), project=self._server.project.context(self._server.documents, doc.uri),
             )
             # what the engine's prompt sees around the cursor (line breaks normalised)
@@ -349,6 +354,35 @@ class EngineHost:
             self._decode_failed(exc)
             return None
 
+    # -- keeping pace with a typist
+
+    def keystroke(self, uri: str) -> None:
+        """A change of document ``uri`` came now: one more gap between keystrokes (a gap longer
+        than :data:`PACE_GAP_MAX_S` is a pause and does not count)."""
+        now = time.perf_counter()
+        last, gaps = self._keys.get(uri, (None, []))
+        if last is not None and now - last <= PACE_GAP_MAX_S:
+            gaps = [*gaps[-(PACE_GAPS - 1):], now - last]
+        self._keys[uri] = (now, gaps)
+
+    def forget(self, uri: str) -> None:
+        self._keys.pop(uri, None)
+
+    def _pace_deadline(self, uri: str) -> float | None:
+        """When an inline completion requested now in ``uri`` must end its decoding
+        (:attr:`engine.api.CompletionRequest.deadline`): while the user types (the last change less
+        than :data:`PACE_GAP_MAX_S` ago, at least :data:`PACE_MIN_GAPS` recent gaps), now plus the
+        :data:`PACE_QUANTILE` quantile of the recent gaps (at least :data:`PACE_MIN_S`): an answer
+        after the next keystroke is never shown, as VS Code drops it. None (no limit) otherwise, or
+        when ``generation.keepPace`` is off."""
+        now = time.perf_counter()
+        last, gaps = self._keys.get(uri, (None, []))
+        if (not self._server.settings.generation.keep_pace or last is None or now - last > PACE_GAP_MAX_S
+                or len(gaps) < PACE_MIN_GAPS):
+            return None
+        quantile = sorted(gaps)[int(PACE_QUANTILE * (len(gaps) - 1))]
+        return now + max(PACE_MIN_S, quantile)
+
     # -- work between keystrokes (prefetch)
 
     async def _ready_answer(self, engine, request, uri: str):
@@ -388,7 +422,7 @@ class EngineHost:
                 return  # mid-line with nothing to add, or a text that already ends with a line break
             prefix += _enter(prefix, "\r\n" if "\r\n" in request.prefix[-4096:] else "\n")
         ahead = dataclasses.replace(request, prefix=prefix, cancel=threading.Event(), on_token=None,
-                                    trigger_character=None, prefetch=True)
+                                    trigger_character=None, prefetch=True, deadline=None)
         job = self._prefetch
         if (job is not None and job.serves(uri, ahead)) or engine.ready_answer(ahead) is not None:
             return

@@ -161,3 +161,45 @@ def test_the_engine_serves_a_position_again_only_when_it_was_prefetched():
     again = engine.ready_answer(CompletionRequest(prefix=TEXT + done.text))
     assert again is not None and again.prefetched and again.text == prefetched.text
     assert engine.ready_answer(CompletionRequest(prefix=TEXT + done.text, suffix="\n")) is None  # another document
+
+
+def test_a_decode_past_its_deadline_ends_as_the_token_budget_would():
+    """Keeping pace with a typist: past ``CompletionRequest.deadline`` decoding ends where the text so
+    far is a whole expression (here ``name`` of ``name == 'test'``), with no retry; without one the
+    same request decodes on."""
+    engine = Engine()
+    engine.load()
+    prefix = "import os\nimport sys\n\n\ndef main(path, names):\n    for name in os.listdir(path):\n        assert "
+    whole = engine.complete(CompletionRequest(prefix=prefix, max_tokens=32))
+    engine.files_changed()  # nothing typed through from the answer above
+    due = engine.complete(CompletionRequest(prefix=prefix, max_tokens=32, deadline=time.perf_counter() - 1))
+    assert due.retries == 0 and 0 < due.decoded_tokens < whole.decoded_tokens
+    assert due.text and whole.text.startswith(due.text)
+
+
+def test_the_deadline_follows_the_typists_gaps():
+    from types import SimpleNamespace
+
+    from engine.settings import Settings
+    from lsp_server import host as host_module
+
+    settings = Settings()
+    host = host_module.EngineHost(SimpleNamespace(settings=settings))
+    clock = [100.0]
+    real = host_module.time.perf_counter
+    host_module.time.perf_counter = lambda: clock[0]
+    try:
+        assert host._pace_deadline("a") is None  # nobody typed yet
+        for gap in (0.2, 0.05, 0.3, 0.15, 0.25, 0.18, 5.0, 0.2):  # 5 s is a pause, not a gap
+            clock[0] += gap
+            host.keystroke("a")
+        gaps = sorted([0.05, 0.3, 0.15, 0.25, 0.18, 0.2])  # the first keystroke has no gap before it
+        assert host._pace_deadline("a") == clock[0] + max(0.06, gaps[int(0.1 * (len(gaps) - 1))])
+        assert host._pace_deadline("b") is None  # another document: its own typist
+        clock[0] += 2.0
+        assert host._pace_deadline("a") is None  # the user stopped typing: decode to the end
+        clock[0] -= 2.0
+        settings.generation.keep_pace = False
+        assert host._pace_deadline("a") is None
+    finally:
+        host_module.time.perf_counter = real
