@@ -5,6 +5,7 @@ when an edit makes it stale. Real server process, real embedded model; how each 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 
@@ -19,14 +20,19 @@ TEXT = ('import os\n\n\ndef main():\n    total = 0\n    for name in os.listdir("
         "    return total\n\n\ndef count(path):\n    total = 0\n    for name in os.listdir(path):\n        total")
 
 
-def _server(prefetch: bool) -> RawServer:
+@contextlib.contextmanager
+def _served(prefetch: bool):
+    """``(server, typist)``: a real server with ``generation.prefetch`` set, :data:`TEXT` open."""
     server = RawServer()
-    server.initialize({"window": {"workDoneProgress": True}},
-                      {"fsmComplete": {"logLevel": "debug", "generation": {"prefetch": prefetch}}})
-    server.wait_model_loaded()
-    server.notify("textDocument/didOpen",
-                  {"textDocument": {"uri": URI, "languageId": "python", "version": 1, "text": TEXT}})
-    return server
+    try:
+        server.initialize({"window": {"workDoneProgress": True}},
+                          {"fsmComplete": {"logLevel": "debug", "generation": {"prefetch": prefetch}}})
+        server.wait_model_loaded()
+        server.notify("textDocument/didOpen",
+                      {"textDocument": {"uri": URI, "languageId": "python", "version": 1, "text": TEXT}})
+        yield server, Typist(server)
+    finally:
+        server.kill()
 
 
 class Typist:
@@ -71,22 +77,16 @@ def _wait_prefetches(server: RawServer, n: int, timeout: float = 60.0) -> list[s
 
 def _fresh(text: str) -> str:
     """What a server with no prefetch suggests at the end of ``text`` (a decode of its own)."""
-    server = _server(prefetch=False)
-    try:
-        typist = Typist(server)
+    with _served(prefetch=False) as (server, typist):
         typist.type(text[len(TEXT):])
         suggestion, record = typist.suggest()
         assert record["source"] == "decoded", record
         assert not _prefetches(server)
         return suggestion
-    finally:
-        server.kill()
 
 
 def test_the_completion_at_the_end_of_a_suggestion_is_ready_when_the_user_types_it():
-    server = _server(prefetch=True)
-    try:
-        typist = Typist(server)
+    with _served(prefetch=True) as (server, typist):
         first, record = typist.suggest()
         assert first.startswith(" += len"), first
         assert record["source"] == "decoded"
@@ -110,14 +110,10 @@ def test_the_completion_at_the_end_of_a_suggestion_is_ready_when_the_user_types_
             assert then and then == _fresh(typist.text)
         done = _wait_prefetches(server, 2)
         assert not [d for d in done if "stale" in d], done
-    finally:
-        server.kill()
 
 
 def test_an_edit_off_the_suggestion_makes_the_prefetch_stale():
-    server = _server(prefetch=True)
-    try:
-        typist = Typist(server)
+    with _served(prefetch=True) as (server, typist):
         first, _ = typist.suggest()
         assert first.startswith(" += len"), first
         typist.type(" -")  # not what was suggested: the completion at the suggestion's end is of no use now
@@ -126,21 +122,15 @@ def test_an_edit_off_the_suggestion_makes_the_prefetch_stale():
         assert other == _fresh(typist.text)
         done = _wait_prefetches(server, 1)  # stopped at its next token, or it had already ended: nothing served
         assert len(done) >= 1
-    finally:
-        server.kill()
 
 
 def test_the_prefetch_setting_turns_it_off():
-    server = _server(prefetch=False)
-    try:
-        typist = Typist(server)
+    with _served(prefetch=False) as (server, typist):
         first, _ = typist.suggest()
         typist.type(first)
         _, record = typist.suggest()
         assert record["source"] == "decoded"
         assert not _prefetches(server)
-    finally:
-        server.kill()
 
 
 def test_the_engine_serves_a_position_again_only_when_it_was_prefetched():
