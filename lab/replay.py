@@ -18,7 +18,9 @@ Per mode (constrained, unconstrained: ``constraints.enabled``) and per kind, :fu
 ``chars_saved`` (characters inserted by accepted suggestions / all target characters),
 ``latency_ms_p50`` / ``latency_ms_p95`` (every request, from sending it to its answer, a cancelled
 one's error answer included), ``in_time`` (share of requests whose result came before the next
-keystroke), ``accepted_lines``, ``requests``, ``cancelled`` and the cadence.
+keystroke), ``accepted_lines``, ``requests``, ``cancelled``, ``sources`` (how the answers in time
+came, ``fsmComplete/lastEngineRequest``'s ``source``: ``decoded``, ``typedThrough``, ``prefetched``,
+``lineCopy``; asked after each such answer, outside its timing) and the cadence.
 """
 
 from __future__ import annotations
@@ -170,6 +172,7 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
                                                             "text": text}})
     target, typed, saved, accepted = task.target, 0, 0, 0
     first_shown: float | None = None  # when the first non-empty suggestion arrived (time.perf_counter)
+    sources: dict[str, int] = {}  # how the answers in time came (lastEngineRequest's source)
     time.sleep(cadence.open_ms / 1e3)
     latencies: list[float] = []
     in_time, requests, cancelled = 0, 0, 0
@@ -209,6 +212,9 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
             continue
         in_time += 1
         pending = None
+        record = client.request("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}}, timeout_s=30)
+        source = (record.get("result") or {}).get("source") or "none"
+        sources[source] = sources.get(source, 0) + 1
         suggestion = _suggestion(msg, text, offset)
         if suggestion and first_shown is None:
             first_shown = _arrived
@@ -229,7 +235,7 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return {"kind": task.kind, "chars": len(target), "saved": saved, "accepted_lines": accepted,
             "requests": requests, "in_time": in_time, "cancelled": cancelled, "unanswered": unanswered,
-            "latencies": latencies, "first_shown": first_shown}
+            "latencies": latencies, "first_shown": first_shown, "sources": sources}
 
 
 def summarize(rows: list[dict], cadence: Cadence) -> dict:
@@ -247,6 +253,7 @@ def summarize(rows: list[dict], cadence: Cadence) -> dict:
             "in_time": round(sum(r["in_time"] for r in rows) / max(1, requests), 4),
             "accepted_lines": sum(r["accepted_lines"] for r in rows), "requests": requests,
             "cancelled": sum(r["cancelled"] for r in rows), "unanswered": sum(r["unanswered"] for r in rows),
+            "sources": {k: sum(r["sources"].get(k, 0) for r in rows) for k in sorted({k for r in rows for k in r["sources"]})},
             "cadence": asdict(cadence)}
 
 
