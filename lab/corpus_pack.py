@@ -24,15 +24,18 @@ Files kept from a distribution: every ``*.py`` member that
   ``ast`` on this interpreter, and is not blank,
 * has no line longer than :data:`MAX_LINE_CHARS` (1,000 characters), and
 * is not data-like: of its non-blank lines (when it has at least :data:`DATA_MIN_LINES` of them),
-  less than :data:`DATA_LINE_SHARE` (half) are literal lines, lines that are nothing but string,
+  less than :data:`DATA_LINE_SHARE` (three quarters) are literal lines, lines that are nothing but string,
   number, ``None``/``True``/``False`` literals, brackets, commas, colons, operators and a comment
   (lookup tables, test vectors, generated maps).
 
 Files are deduplicated by content hash (:func:`lab.corpus.content_hash`) across all sources, the
 standard library included, and a distribution's file is held out when its hash modulo 100 is below
 the hold-out percentage (5): :class:`lab.corpus.Splitter`, the rule of :func:`lab.corpus.load_sources`.
-A source whose training text exceeds ``cap_chars`` characters keeps its training files in content-hash
-order up to the cap (a deterministic sample of the package; its held-out files are all kept).
+The amount of text is chosen to fit: a distribution keeps at most :data:`DEFAULT_HELD_CAP_CHARS`
+held-out characters, and its training files up to a per-source cap, both taken in content-hash order
+(a deterministic sample of the package); the cap is the largest that keeps the whole pack within
+``max_chars`` (:data:`DEFAULT_MAX_CHARS`, about 26 MiB of xz at Python's ~6.3 to 1), so big packages
+(sympy, pandas, django, ...) do not drown the small ones. The standard library is never cut.
 
 The pack (default ``.corpus-pack/`` at the repository root, git-ignored): one xz member per source,
 ``NNN-name.jsonl.xz``, one JSON object per file (``split`` ``train``/``held``, ``path``, ``text``), and
@@ -74,19 +77,22 @@ DEFAULT_OUT = REPO / ".corpus-pack"
 CACHE = Path(os.environ.get("FSM_COMPLETE_CORPUS_SRC", "~/.cache/fsm-complete/corpus-src")).expanduser()
 FORMAT = 1
 LIMIT_BYTES = 30 * 2**20  # the pack travels with a working tree of at most 64 MiB (issue 34)
-DEFAULT_CAP_CHARS = 6_000_000  # training characters kept per distribution
+DEFAULT_MAX_CHARS = 160_000_000  # characters in the whole pack: about 26 MiB as xz (Python source: ~6.3 to 1)
+DEFAULT_HELD_CAP_CHARS = 500_000  # held-out characters kept per distribution (evaluation needs no more)
 XZ_PRESET = 6
 
 MAX_FILE_BYTES = 512 * 1024
 MAX_LINE_CHARS = 1000
-DATA_LINE_SHARE = 0.5
+DATA_LINE_SHARE = 0.75
 DATA_MIN_LINES = 50
 VENDORED_DIRS = frozenset({"_vendor", "vendor", "vendored", "_vendored", "extern", "_extern", "externals",
                            "third_party", "thirdparty", "_thirdparty"})
 
 # SPDX identifiers of the permissive licences a source may carry (an AND needs every term, an OR one).
+# LicenseRef-Matplotlib: matplotlib's licence agreement, the PSF licence agreement with matplotlib's name
+# (its metadata's classifier: "Python Software Foundation License"; no SPDX identifier of its own).
 ALLOWED_LICENCES = frozenset({"MIT", "MIT-0", "BSD-2-Clause", "BSD-3-Clause", "0BSD", "Apache-2.0", "PSF-2.0",
-                              "Python-2.0", "ISC", "Unlicense", "CC0-1.0", "Zlib"})
+                              "Python-2.0", "ISC", "Unlicense", "CC0-1.0", "Zlib", "LicenseRef-Matplotlib"})
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,98 @@ class Pin:
     kind: str = "sdist"
 
 
-PINS: tuple[Pin, ...] = ()  # filled below
+PINS: tuple[Pin, ...] = (
+    # data and science
+    Pin("numpy", "2.4.6", "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0", "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0", "wheel"),
+    Pin("pandas", "3.1.1", "BSD-3-Clause", "BSD-3-Clause", "wheel"),
+    Pin("scipy", "1.17.1", "BSD License", "BSD-3-Clause", "wheel"),
+    Pin("scikit-learn", "1.9.1", "BSD-3-Clause", "BSD-3-Clause", "wheel"),
+    Pin("matplotlib", "3.11.2", "Python Software Foundation License", "LicenseRef-Matplotlib", "wheel"),
+    Pin("statsmodels", "0.15.0", "BSD-3-Clause", "BSD-3-Clause", "wheel"),
+    Pin("networkx", "3.6.1", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("sympy", "1.14.0", "BSD", "BSD-3-Clause"),
+    Pin("seaborn", "0.13.2", "BSD License", "BSD-3-Clause"),
+    Pin("xarray", "2026.9.0", "Apache-2.0", "Apache-2.0"),
+    Pin("dask", "2026.8.0", "BSD-3-Clause", "BSD-3-Clause"),
+    # web, HTTP and async networking
+    Pin("requests", "2.34.2", "Apache-2.0", "Apache-2.0"),
+    Pin("urllib3", "2.8.0", "MIT", "MIT"),
+    Pin("flask", "3.1.3", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("werkzeug", "3.1.9", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("itsdangerous", "2.2.0", "BSD License", "BSD-3-Clause"),
+    Pin("jinja2", "3.1.6", "BSD License", "BSD-3-Clause"),
+    Pin("django", "5.2.19", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("starlette", "1.10.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("fastapi", "0.165.0", "MIT", "MIT"),
+    Pin("httpx", "0.29.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("httpcore", "1.0.9", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("h11", "0.16.0", "MIT", "MIT"),
+    Pin("aiohttp", "3.14.5", "Apache-2.0 AND MIT", "Apache-2.0 AND MIT"),
+    Pin("yarl", "1.25.1", "Apache-2.0", "Apache-2.0", "wheel"),
+    Pin("tornado", "6.6.1", "Apache-2.0", "Apache-2.0", "wheel"),
+    Pin("websockets", "17.4", "BSD-3-Clause", "BSD-3-Clause", "wheel"),
+    Pin("uvicorn", "0.55.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("gunicorn", "27.0.1", "MIT", "MIT"),
+    Pin("bottle", "0.13.4", "MIT", "MIT"),
+    Pin("scrapy", "2.19.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("beautifulsoup4", "4.15.0", "MIT License", "MIT"),
+    Pin("markdown", "3.11.3", "BSD-3-Clause", "BSD-3-Clause"),
+    # command line and terminals
+    Pin("click", "8.5.1", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("typer", "0.29.2", "MIT", "MIT"),
+    Pin("rich", "15.0.0", "MIT", "MIT"),
+    Pin("prompt_toolkit", "3.0.53", "BSD License", "BSD-3-Clause"),
+    Pin("ipython", "9.18.1", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("traitlets", "5.16.1", "BSD License", "BSD-3-Clause"),
+    Pin("psutil", "7.2.2", "BSD-3-Clause", "BSD-3-Clause", "wheel"),
+    # testing and tooling around it
+    Pin("pytest", "9.2.0", "MIT", "MIT"),
+    Pin("pluggy", "1.7.0", "MIT", "MIT"),
+    Pin("coverage", "7.17.5", "Apache-2.0", "Apache-2.0"),
+    Pin("tox", "4.67.16", "MIT", "MIT", "wheel"),
+    Pin("virtualenv", "21.15.13", "MIT", "MIT", "wheel"),
+    # async and distributed tasks
+    Pin("anyio", "4.16.0", "MIT", "MIT"),
+    Pin("trio", "0.35.0", "MIT OR Apache-2.0", "MIT OR Apache-2.0"),
+    Pin("twisted", "26.10.0", "MIT", "MIT"),
+    Pin("celery", "5.7.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("kombu", "5.7.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("redis", "8.1.0", "MIT", "MIT"),
+    Pin("tenacity", "9.2.1", "Apache-2.0", "Apache-2.0"),
+    # parsing and language tools
+    Pin("pyyaml", "6.0.4", "MIT", "MIT"),
+    Pin("pyparsing", "3.3.3", "MIT", "MIT"),
+    Pin("lark", "1.3.1", "MIT", "MIT"),
+    Pin("parso", "0.8.7", "MIT", "MIT"),
+    Pin("jedi", "0.20.1", "MIT", "MIT"),
+    Pin("pygments", "2.21.0", "BSD-2-Clause", "BSD-2-Clause"),
+    Pin("jsonschema", "4.26.0", "MIT", "MIT"),
+    Pin("black", "26.10.1", "MIT", "MIT"),
+    Pin("mypy", "2.4.1", "MIT", "MIT"),
+    Pin("flake8", "7.5.0", "MIT", "MIT"),
+    Pin("pycodestyle", "2.15.0", "MIT", "MIT"),
+    Pin("pyflakes", "4.1.0", "MIT", "MIT"),
+    Pin("isort", "9.0.2", "MIT", "MIT"),
+    Pin("setuptools", "84.2.1", "MIT", "MIT"),
+    Pin("packaging", "26.4", "Apache-2.0 OR BSD-2-Clause", "Apache-2.0 OR BSD-2-Clause"),
+    Pin("sphinx", "9.0.4", "BSD-2-Clause", "BSD-2-Clause"),
+    # data classes, validation, databases
+    Pin("attrs", "26.1.0", "MIT", "MIT"),
+    Pin("cattrs", "26.2.1", "MIT", "MIT"),
+    Pin("pydantic", "2.14.4", "MIT", "MIT"),
+    Pin("marshmallow", "4.4.0", "MIT", "MIT"),
+    Pin("sqlalchemy", "2.1.9", "MIT", "MIT"),
+    Pin("alembic", "1.20.1", "MIT", "MIT"),
+    # cloud SDK, utilities
+    Pin("boto3", "1.44.8", "Apache-2.0", "Apache-2.0"),
+    Pin("botocore", "1.44.8", "Apache-2.0", "Apache-2.0"),
+    Pin("s3transfer", "0.19.3", "Apache License 2.0", "Apache-2.0"),
+    Pin("structlog", "26.1.0", "MIT OR Apache-2.0", "MIT OR Apache-2.0"),
+    Pin("more-itertools", "11.2.1", "MIT", "MIT"),
+    Pin("toolz", "1.2.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("python-dateutil", "4.0.0", "BSD-3-Clause", "BSD-3-Clause"),
+    Pin("arrow", "1.4.0", "Apache Software License", "Apache-2.0"),
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,46 +436,62 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_pack(sources: Iterable[PackSource], out: Path, holdout_percent: int = 5, cap_chars: int = 0,
-               limit_bytes: int = LIMIT_BYTES, preset: int = XZ_PRESET,
+def build_pack(sources: Iterable[PackSource], out: Path, holdout_percent: int = 5, max_chars: int = 0,
+               cap_chars: int = 0, held_cap_chars: int = 0, limit_bytes: int = LIMIT_BYTES, preset: int = XZ_PRESET,
                log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict:
     """Split, deduplicate and pack ``sources`` (the main one first) into ``out``; returns the manifest.
 
-    The pack is written next to ``out`` and moved into place when complete. Raises ValueError when
-    ``out`` holds something other than a corpus pack, when the first source is not the main one, or
-    when the pack comes out larger than ``limit_bytes`` (lower ``cap_chars``).
+    Every source is read and split first (:class:`lab.corpus.Splitter`); then each added source keeps
+    at most ``held_cap_chars`` held-out characters and ``cap_chars`` training characters (0: all), in
+    content-hash order (:func:`_keep`). With ``max_chars`` and no ``cap_chars``, the cap is the largest
+    one that keeps the whole pack (every source, training and held-out text) within ``max_chars``
+    characters. The main source is never cut. The pack is written next to ``out`` and moved into place
+    when complete. Raises ValueError when ``out`` holds something other than a corpus pack, when the
+    first source is not the main one, or when the pack comes out larger than ``limit_bytes`` (lower
+    ``max_chars``).
     """
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
         raise ValueError(f"{out} exists and is not a corpus pack (no manifest.json); give another --out")
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    entries, splitter, complete = [], None, False
     t0 = time.time()
+    split: list[tuple[PackSource, list, int]] = []  # (source, [(split, path, text)], duplicates)
+    splitter, complete = None, False
     for index, src in enumerate(sources):
         if (index == 0) != src.main:
             raise ValueError("the main source (the standard library) must come first, and only once")
-        records: list[tuple[str, str, str]] = []  # (split, path, text)
+        records: list[tuple[str, str, str]] = []
         if src.main:
             complete = src.complete
             files = list(src.files)
             held = [(rel, text) for rel, text in files if is_held_out(rel, holdout_percent)]
             splitter = Splitter([text for _, text in held], holdout_percent)
-            main = Source(src.name, src.origin, held=[text for _, text in held])
+            counted = Source(src.name, src.origin, held=[text for _, text in held])
             records += [("held", rel, text) for rel, text in held]
             for rel, text in files:
-                if not is_held_out(rel, holdout_percent) and splitter.add(main, text, by_content=False) == "train":
+                if not is_held_out(rel, holdout_percent) and splitter.add(counted, text, by_content=False) == "train":
                     records.append(("train", rel, text))
-            duplicates = main.duplicates
         else:
             counted = Source(src.name, src.origin)
             for rel, text in src.files:
                 where = splitter.add(counted, text, by_content=True)
                 if where != "duplicate":
                     records.append((where, rel, text))
-            duplicates = counted.duplicates
-        capped = _cap(records, cap_chars) if cap_chars and not src.main else (0, 0)
+        split.append((src, records, counted.duplicates))
+        log(f"read {src.name} {src.version}: {len(records)} files, {counted.duplicates} duplicates, "
+            f"dropped {dict(src.dropped) or 'none'} ({time.time() - t0:.0f} s)")
+    held_capped = [_keep(records, "held", held_cap_chars) if held_cap_chars and not src.main else (0, 0)
+                   for src, records, _ in split]
+    if max_chars and not cap_chars:
+        cap_chars = budget_cap([records for src, records, _ in split if not src.main],
+                               max_chars - sum(len(r[2]) for src, records, _ in split if src.main for r in records))
+        log(f"training characters per added source capped at {cap_chars:,} to keep the pack within {max_chars:,}")
+
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    entries = []
+    for index, ((src, records, duplicates), held_cut) in enumerate(zip(split, held_capped)):
+        capped = _keep(records, "train", cap_chars) if cap_chars and not src.main else (0, 0)
         name = member_name(index, src.name)
         with lzma.open(partial / name, "wt", encoding="utf-8", preset=preset) as f:
             for where, rel, text in records:
@@ -390,41 +503,59 @@ def build_pack(sources: Iterable[PackSource], out: Path, holdout_percent: int = 
                  "train_chars": sum(map(len, train)), "held_out_files": len(held_texts),
                  "held_out_chars": sum(map(len, held_texts)), "duplicates": duplicates,
                  "dropped": dict(sorted(src.dropped.items())), "capped_files": capped[0], "capped_chars": capped[1],
+                 "held_capped_files": held_cut[0], "held_capped_chars": held_cut[1],
                  "bytes": (partial / name).stat().st_size, "sha256": sha256_file(partial / name)}
         entries.append(entry)
         log(f"{src.name} {src.version}: {entry['train_files']} training files ({entry['train_chars'] / 1e6:.2f} M chars),"
-            f" {entry['held_out_files']} held out, {duplicates} duplicates, dropped {entry['dropped'] or 'none'},"
-            f" capped {capped[0]} files; {entry['bytes'] / 2**20:.2f} MiB ({time.time() - t0:.0f} s)")
+            f" {entry['held_out_files']} held out, capped {capped[0]} + {held_cut[0]} held-out files;"
+            f" {entry['bytes'] / 2**20:.2f} MiB ({time.time() - t0:.0f} s)")
     manifest = {"format": FORMAT, "python": sys.version.split()[0], "holdout_percent": holdout_percent,
-                "stdlib_complete": complete, "cap_chars": cap_chars, "limit_bytes": limit_bytes,
+                "stdlib_complete": complete, "max_chars": max_chars, "cap_chars": cap_chars,
+                "held_cap_chars": held_cap_chars, "limit_bytes": limit_bytes, "xz_preset": preset,
                 "filters": {"max_file_bytes": MAX_FILE_BYTES, "max_line_chars": MAX_LINE_CHARS,
                             "data_line_share": DATA_LINE_SHARE, "data_min_lines": DATA_MIN_LINES,
                             "vendored_dirs": sorted(VENDORED_DIRS)},
                 "allowed_licences": sorted(ALLOWED_LICENCES), "sources": entries,
                 "total": {key: sum(e[key] for e in entries) for key in
                           ("train_files", "train_chars", "held_out_files", "held_out_chars", "duplicates",
-                           "capped_files", "capped_chars", "bytes")}}
+                           "capped_files", "capped_chars", "held_capped_files", "held_capped_chars", "bytes")}}
+    manifest["total"]["dropped"] = dict(sorted(sum((Counter(e["dropped"]) for e in entries), Counter()).items()))
     (partial / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     size = pack_bytes(partial)
     if size > limit_bytes:
         raise ValueError(f"the pack in {partial} is {size / 2**20:.1f} MiB, over the {limit_bytes / 2**20:.0f} MiB"
-                         " limit; build again with a lower --cap-chars")
+                         " limit; build again with a lower --max-chars")
     if out.exists():
         shutil.rmtree(out)
     partial.rename(out)
     return manifest
 
 
-def _cap(records: list, cap_chars: int) -> tuple[int, int]:
-    """Keep the training records of one source up to ``cap_chars`` characters, in content-hash order
-    (held-out records all stay); returns ``(files, characters)`` left out. Edits ``records``."""
-    train = [(content_hash(text), k) for k, (where, _, text) in enumerate(records) if where == "train"]
-    if sum(len(records[k][2]) for _, k in train) <= cap_chars:
+def _kept_lengths(records: list, where: str, cap: int) -> tuple[list[int], list[int]]:
+    """The indices of ``records`` of split ``where`` in content-hash order, and their lengths."""
+    order = sorted((content_hash(text), k) for k, (w, _, text) in enumerate(records) if w == where)
+    return [k for _, k in order], [len(records[k][2]) for _, k in order]
+
+
+def _greedy(lengths: list[int], cap: int) -> int:
+    """Characters kept when files of ``lengths`` are taken in order while they fit under ``cap``."""
+    total = 0
+    for size in lengths:
+        if total + size <= cap:
+            total += size
+    return total
+
+
+def _keep(records: list, where: str, cap: int) -> tuple[int, int]:
+    """Keep the records of split ``where`` up to ``cap`` characters, taken in content-hash order (a
+    file that does not fit is left out, a later smaller one may still fit); the other records stay.
+    Edits ``records``; returns ``(files, characters)`` left out."""
+    order, lengths = _kept_lengths(records, where, cap)
+    if sum(lengths) <= cap:
         return 0, 0
     total, drop = 0, set()
-    for _, k in sorted(train):
-        size = len(records[k][2])
-        if total + size > cap_chars:
+    for k, size in zip(order, lengths):
+        if total + size > cap:
             drop.add(k)
         else:
             total += size
@@ -433,17 +564,41 @@ def _cap(records: list, cap_chars: int) -> tuple[int, int]:
     return len(drop), dropped_chars
 
 
+def budget_cap(sources: list[list], budget: int) -> int:
+    """The largest per-source cap on training characters (:func:`_keep`) under which the training and
+    held-out characters of ``sources`` (lists of ``(split, path, text)``) stay within ``budget``;
+    raises ValueError when even a cap of 0 does not fit."""
+    fixed = sum(len(text) for records in sources for where, _, text in records if where != "train")
+    lengths = [_kept_lengths(records, "train", 0)[1] for records in sources]
+
+    def total(cap: int) -> int:
+        return fixed + sum(_greedy(ls, cap) for ls in lengths)
+
+    if total(0) > budget:
+        raise ValueError(f"the held-out text alone ({fixed:,} characters) exceeds the budget of {budget:,}")
+    lo, hi = 0, max((sum(ls) for ls in lengths), default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if total(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def pack_bytes(folder: Path) -> int:
     """Bytes of every file in the pack folder (what travels)."""
     return sum(p.stat().st_size for p in Path(folder).iterdir() if p.is_file())
 
 
 def build(out: Path = DEFAULT_OUT, pins: Iterable[Pin] | None = None, cache: Path = CACHE,
-          cap_chars: int = DEFAULT_CAP_CHARS, limit_bytes: int = LIMIT_BYTES) -> dict:
+          max_chars: int = DEFAULT_MAX_CHARS, cap_chars: int = 0, held_cap_chars: int = DEFAULT_HELD_CAP_CHARS,
+          limit_bytes: int = LIMIT_BYTES) -> dict:
     """The real pack: this interpreter's standard library, then :data:`PINS` (fetched when not cached)."""
     pins = PINS if pins is None else tuple(pins)
     sources = (pin_source(pin, cache) for pin in pins)
-    return build_pack(_chain(stdlib_source(), sources), out, cap_chars=cap_chars, limit_bytes=limit_bytes)
+    return build_pack(_chain(stdlib_source(), sources), out, max_chars=max_chars, cap_chars=cap_chars,
+                      held_cap_chars=held_cap_chars, limit_bytes=limit_bytes)
 
 
 def _chain(first: PackSource, rest: Iterable[PackSource]) -> Iterator[PackSource]:
@@ -614,8 +769,12 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="fetch the pinned sources (cached) and write the pack")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"pack folder (default {DEFAULT_OUT})")
     b.add_argument("--tiny", action="store_true", help="a few local stdlib files only, for a dry run (no network)")
-    b.add_argument("--cap-chars", type=int, default=DEFAULT_CAP_CHARS,
-                   help=f"training characters kept per distribution (default {DEFAULT_CAP_CHARS:,})")
+    b.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS,
+                   help=f"characters in the whole pack (default {DEFAULT_MAX_CHARS:,}); sets the per-source cap")
+    b.add_argument("--cap-chars", type=int, default=0,
+                   help="training characters kept per distribution (default 0: the largest that fits --max-chars)")
+    b.add_argument("--held-cap-chars", type=int, default=DEFAULT_HELD_CAP_CHARS,
+                   help=f"held-out characters kept per distribution (default {DEFAULT_HELD_CAP_CHARS:,})")
     b.add_argument("--cache", type=Path, default=CACHE, help=f"downloaded archives (default {CACHE})")
     c = sub.add_parser("check", help="check a pack: size, licences, split, hashes")
     c.add_argument("folder", nargs="?", type=Path, default=DEFAULT_OUT)
@@ -628,7 +787,8 @@ def main(argv: list[str] | None = None) -> int:
         limit = int(args.limit_mib * 2**20)
         try:
             manifest = (build_tiny(args.out, limit) if args.tiny
-                        else build(args.out, cache=args.cache, cap_chars=args.cap_chars, limit_bytes=limit))
+                        else build(args.out, cache=args.cache, max_chars=args.max_chars, cap_chars=args.cap_chars,
+                                   held_cap_chars=args.held_cap_chars, limit_bytes=limit))
         except (ValueError, RuntimeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -176,6 +176,15 @@ def test_build_pack_dedupes_holds_out_by_content_and_caps(tmp_path):
     lib = manifest["sources"][1]
     assert lib["duplicates"] == 10 and lib["train_chars"] <= 2000 and lib["capped_files"] > 0
     assert cp.check_pack(tmp_path / "p") == []
+    # a budget for the whole pack sets the cap: the largest that fits, the main source never cut
+    main.files = [(f"m{i}.py", t) for i, t in enumerate(texts[:20])]
+    added.files = [(f"a{i}.py", t) for i, t in enumerate(texts[10:])]
+    manifest = cp.build_pack([main, added], tmp_path / "p", max_chars=4000, held_cap_chars=60, log=lambda line: None)
+    total = manifest["total"]
+    assert total["train_chars"] + total["held_out_chars"] <= 4000 < total["train_chars"] + total["held_out_chars"] + 40
+    assert manifest["sources"][0]["train_files"] + manifest["sources"][0]["held_out_files"] == 20
+    assert manifest["sources"][1]["held_out_chars"] <= 60 and manifest["cap_chars"] > 0
+    assert cp.check_pack(tmp_path / "p") == []
     with pytest.raises(ValueError, match="must come first"):
         cp.build_pack([added], tmp_path / "q")
     with pytest.raises(ValueError, match="not a corpus pack"):
