@@ -278,6 +278,7 @@ class PackSource:
     files: Iterable[tuple[str, str]]
     main: bool = False
     complete: bool = False  # main only: every file of the stdlib (check compares with held_out_files())
+    origin_sha256: str = ""  # SHA-256 of the downloaded archive
     dropped: Counter = field(default_factory=Counter)
 
 
@@ -361,18 +362,22 @@ def archive_files(archive: Path) -> tuple[email.message.Message, Iterator[tuple[
 
 
 def cached_archive(pin: Pin, cache: Path = CACHE) -> Path | None:
-    """The archive of ``pin`` in ``cache``, or ``None`` (names compared as PEP 503 normalises them)."""
-    canon = re.sub(r"[-_.]+", "_", pin.name).lower()
-    suffixes = (".whl",) if pin.kind == "wheel" else (".tar.gz", ".zip")
+    """The archive of ``pin`` in ``cache``, or ``None``: ``NAME-VERSION.tar.gz`` / ``.zip`` for an
+    sdist, ``NAME-VERSION-*.whl`` for a wheel, with ``NAME`` spelled as PEP 503 normalises it
+    (``-``, ``_`` or ``.`` between its parts, any case)."""
     if not cache.is_dir():
         return None
+    canon = re.sub(r"[-_.]+", "_", pin.name).lower()
+    heads = {f"{canon.replace('_', sep)}-{pin.version.lower()}" for sep in "-_."}
     for path in sorted(cache.iterdir()):
         name = path.name.lower()
-        stem = re.sub(r"[-_.]+", "_", name.split("-", 1)[0])
-        rest = name.split("-", 2)[1] if name.count("-") >= 1 else ""
-        if stem == canon and rest.removesuffix(".tar.gz").removesuffix(".zip") == pin.version.lower() \
-                and name.endswith(suffixes):
-            return path
+        for head in heads:
+            tail = name[len(head):] if name.startswith(head) else None
+            if tail is None:
+                continue
+            if (pin.kind == "wheel" and tail.startswith("-") and tail.endswith(".whl")) or \
+                    (pin.kind != "wheel" and tail in (".tar.gz", ".zip")):
+                return path
     return None
 
 
@@ -406,7 +411,7 @@ def pin_source(pin: Pin, cache: Path = CACHE) -> PackSource:
                          " read the licence and update the pin in lab/corpus_pack.py")
     if not licence_allowed(pin.spdx):
         raise ValueError(f"{pin.name}: licence {pin.spdx!r} is not in the allow-list {sorted(ALLOWED_LICENCES)}")
-    src = PackSource(pin.name, pin.version, pin.licence, pin.spdx, archive.name, ())
+    src = PackSource(pin.name, pin.version, pin.licence, pin.spdx, archive.name, (), origin_sha256=sha256_file(archive))
 
     def files() -> Iterator[tuple[str, str]]:
         for rel, data in members:
@@ -499,7 +504,7 @@ def build_pack(sources: Iterable[PackSource], out: Path, holdout_percent: int = 
         train = [text for where, _, text in records if where == "train"]
         held_texts = [text for where, _, text in records if where == "held"]
         entry = {"name": src.name, "version": src.version, "licence": src.licence, "spdx": src.spdx,
-                 "origin": src.origin, "member": name, "train_files": len(train),
+                 "origin": src.origin, "origin_sha256": src.origin_sha256, "member": name, "train_files": len(train),
                  "train_chars": sum(map(len, train)), "held_out_files": len(held_texts),
                  "held_out_chars": sum(map(len, held_texts)), "duplicates": duplicates,
                  "dropped": dict(sorted(src.dropped.items())), "capped_files": capped[0], "capped_chars": capped[1],
@@ -531,7 +536,7 @@ def build_pack(sources: Iterable[PackSource], out: Path, holdout_percent: int = 
     return manifest
 
 
-def _kept_lengths(records: list, where: str, cap: int) -> tuple[list[int], list[int]]:
+def _kept_lengths(records: list, where: str) -> tuple[list[int], list[int]]:
     """The indices of ``records`` of split ``where`` in content-hash order, and their lengths."""
     order = sorted((content_hash(text), k) for k, (w, _, text) in enumerate(records) if w == where)
     return [k for _, k in order], [len(records[k][2]) for _, k in order]
@@ -550,7 +555,7 @@ def _keep(records: list, where: str, cap: int) -> tuple[int, int]:
     """Keep the records of split ``where`` up to ``cap`` characters, taken in content-hash order (a
     file that does not fit is left out, a later smaller one may still fit); the other records stay.
     Edits ``records``; returns ``(files, characters)`` left out."""
-    order, lengths = _kept_lengths(records, where, cap)
+    order, lengths = _kept_lengths(records, where)
     if sum(lengths) <= cap:
         return 0, 0
     total, drop = 0, set()
@@ -569,7 +574,7 @@ def budget_cap(sources: list[list], budget: int) -> int:
     held-out characters of ``sources`` (lists of ``(split, path, text)``) stay within ``budget``;
     raises ValueError when even a cap of 0 does not fit."""
     fixed = sum(len(text) for records in sources for where, _, text in records if where != "train")
-    lengths = [_kept_lengths(records, "train", 0)[1] for records in sources]
+    lengths = [_kept_lengths(records, "train")[1] for records in sources]
 
     def total(cap: int) -> int:
         return fixed + sum(_greedy(ls, cap) for ls in lengths)

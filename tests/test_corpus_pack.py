@@ -62,6 +62,15 @@ def _edit_manifest(pack: Path, edit) -> None:
     (pack / "manifest.json").write_text(json.dumps(manifest))
 
 
+def test_command_line_builds_checks_and_tables(tmp_path, capsys):
+    assert cp.main(["build", "--tiny", "--out", str(tmp_path / "p")]) == 0
+    assert cp.main(["check", str(tmp_path / "p")]) == 0 and "sound" in capsys.readouterr().out
+    assert cp.main(["check", str(tmp_path / "p"), "--limit-mib", "0.01"]) == 1
+    assert "over the limit" in capsys.readouterr().err
+    assert cp.main(["table", str(tmp_path / "p")]) == 0 and "| stdlib-asyncio |" in capsys.readouterr().out
+    assert cp.main(["check", str(tmp_path / "nothing")]) == 1 and "no manifest.json" in capsys.readouterr().err
+
+
 def test_check_catches_a_tampered_hash_or_member(tiny, tmp_path):
     pack = _copy(tiny, tmp_path)
     _edit_manifest(pack, lambda m: m["sources"][1].update(sha256="0" * 64))
