@@ -69,8 +69,16 @@ from pathlib import Path
 
 from engine.text import decode_source
 
-from .corpus import (Source, Splitter, content_hash, corpus_files, held_out_files, is_held_out, metadata_licence,
-                     stdlib_dir)
+from .corpus import (
+    Source,
+    Splitter,
+    content_hash,
+    corpus_files,
+    held_out_files,
+    is_held_out,
+    metadata_licence,
+    stdlib_dir,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / ".corpus-pack"
@@ -112,9 +120,14 @@ class Pin:
     kind: str = "sdist"
 
 
+# Wheels where preparing the sdist's metadata needs a compiler (meson-python, Cython), and for tox and
+# virtualenv, whose sdists need a build requirement that PyPI does not have (python-sbom). Left out on
+# purpose: peewee (its metadata states no licence), tqdm, certifi, hypothesis (MPL-2.0), docutils
+# (partly GPL), paramiko, chardet (LGPL), pylint (GPL), pillow (MIT-CMU: not in the allow-list).
 PINS: tuple[Pin, ...] = (
     # data and science
-    Pin("numpy", "2.4.6", "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0", "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0", "wheel"),
+    Pin("numpy", "2.4.6", "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0",
+        "BSD-3-Clause AND 0BSD AND MIT AND Zlib AND CC0-1.0", "wheel"),
     Pin("pandas", "3.1.1", "BSD-3-Clause", "BSD-3-Clause", "wheel"),
     Pin("scipy", "1.17.1", "BSD License", "BSD-3-Clause", "wheel"),
     Pin("scikit-learn", "1.9.1", "BSD-3-Clause", "BSD-3-Clause", "wheel"),
@@ -383,8 +396,9 @@ def cached_archive(pin: Pin, cache: Path = CACHE) -> Path | None:
 
 def fetch(pin: Pin, cache: Path = CACHE) -> Path:
     """The archive of ``pin``: from ``cache``, else ``pip download --no-deps`` of the exact version
-    (``--no-binary NAME`` for an sdist: its build requirements still come as wheels, ``--only-binary :all:`` for a wheel). Raises RuntimeError
-    naming the pin when pip fails (no network: copy the archive into ``cache`` by hand)."""
+    (``--no-binary NAME`` for an sdist, so that its build requirements still come as wheels;
+    ``--only-binary :all:`` for a wheel). Raises RuntimeError naming the pin when pip fails (no
+    network: copy the archive into ``cache`` by hand)."""
     found = cached_archive(pin, cache)
     if found:
         return found
@@ -392,7 +406,7 @@ def fetch(pin: Pin, cache: Path = CACHE) -> Path:
     binary = ["--only-binary", ":all:"] if pin.kind == "wheel" else ["--no-binary", pin.name]  # build deps as wheels
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(cache), *binary,
            f"{pin.name}=={pin.version}"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True)  # failure reported below
     found = cached_archive(pin, cache)
     if done.returncode or not found:
         raise RuntimeError(f"pip download of {pin.name}=={pin.version} ({pin.kind}) failed: "
@@ -743,8 +757,8 @@ def _check_stdlib(manifest: dict, held: list[tuple[str, str]]) -> list[str]:
     expected = {p.relative_to(root).as_posix(): p for p in held_out_files(root, manifest["holdout_percent"])}
     got = dict(held)
     if set(got) != set(expected):
-        return [f"stdlib: the held-out files differ from lab.corpus.held_out_files() "
-                f"({len(set(got) - set(expected))} extra, {len(set(expected) - set(got))} missing)"]
+        extra, missing = len(set(got) - set(expected)), len(set(expected) - set(got))
+        return [f"stdlib: the held-out files differ from lab.corpus.held_out_files() ({extra} extra, {missing} missing)"]
     return [f"stdlib: the held-out text of {rel} differs from the file" for rel, p in expected.items()
             if decode_source(p.read_bytes()) != got[rel]]
 
@@ -756,8 +770,9 @@ def _check_stdlib(manifest: dict, held: list[tuple[str, str]]) -> list[str]:
 def markdown_table(manifest: dict) -> str:
     """The sources of a manifest as the Markdown table of docs/model.md (SPDX ``=``: the metadata's
     statement is already that SPDX expression; from: the sdist or the wheel)."""
-    rows = ["| source | version | from | licence (metadata) | SPDX | training files | M characters | held-out files"
-            " | duplicates | dropped | capped files |", "|---|---|---|---|---|---:|---:|---:|---:|---|---:|"]
+    header = ("| source | version | from | licence (metadata) | SPDX | training files | M characters | held-out files"
+              " | duplicates | dropped | capped files |")
+    rows = [header, "|---|---|---|---|---|---:|---:|---:|---:|---|---:|"]
     for e in manifest["sources"]:
         dropped = ", ".join(f"{k} {v}" for k, v in e["dropped"].items()) or "–"
         kind = "wheel" if e["origin"].endswith(".whl") else "sdist" if e["origin"].endswith((".tar.gz", ".zip")) else "local"
