@@ -76,7 +76,8 @@ class TrainConfig:
     init_from: str = ""  # a checkpoint directory to continue from (its tokenizer and shape are kept)
     packages: list = field(default_factory=list)  # import names of installed packages added to the corpus
     extra_corpus: list = field(default_factory=list)  # further directories of .py files added to the corpus
-    corpus_pack: str = ""  # a corpus pack folder (lab.corpus_pack); when set, it replaces corpus_dir, packages, extra_corpus
+    corpus_pack: str = ""  # a corpus pack folder (lab.corpus_pack): replaces corpus_dir, packages, extra_corpus
+    # and holdout_percent (the pack's split is used as it was packed)
     corpus_processes: int = 0  # processes that decompress the pack's members (0 or 1: this one)
     source_cap_chars: int = 0  # cap on one source's share of the sampling weight, in characters (0: none)
     source_shares: dict = field(default_factory=dict)  # fixed fraction of windows per source name
