@@ -214,3 +214,14 @@ def test_train_reads_a_pack(tiny, tmp_path):
     assert figures["training_tokens"] > 0
     assert [s["name"] for s in figures["sources"]] == ["stdlib", "stdlib-asyncio"]
     assert content_hash(cp.load_pack(tiny)[0].held[0])  # the pack still reads after training
+
+
+def test_fsm_complete_train_takes_a_corpus_pack(tiny, monkeypatch):
+    import lab.train
+    from fsm_complete.cli import build_parser, cmd_train
+
+    seen = {}
+    monkeypatch.setattr(lab.train, "train", lambda cfg: seen.setdefault("cfg", cfg))
+    args = build_parser().parse_args(["train", "--corpus-pack", str(tiny), "--steps", "1"])
+    assert cmd_train(args) == 0
+    assert seen["cfg"].corpus_pack == str(tiny) and seen["cfg"].steps == 1
