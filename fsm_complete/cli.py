@@ -264,7 +264,7 @@ def cmd_train(args) -> int:
 
     cfg = TrainConfig()
     for name in ("work_dir", "out_dir", "corpus_dir", "seed", "data_seed", "steps", "batch_size", "threads", "lr",
-                 "warmup_steps", "save_every", "init_from", "source_cap_chars"):
+                 "warmup_steps", "save_every", "init_from", "source_cap_chars", "corpus_pack"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -488,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="add the .py source of these installed packages to the corpus (held out by file hash)")
     sp.add_argument("--extra-corpus", dest="extra_corpus", action="append", metavar="DIR",
                     help="add another directory of .py files to the corpus (repeatable)")
+    sp.add_argument("--corpus-pack", dest="corpus_pack", metavar="DIR",
+                    help="train on a corpus pack (python -m lab.corpus_pack build) instead of --corpus/--packages")
     sp.add_argument("--source-cap-chars", dest="source_cap_chars", type=int,
                     help="cap one source's sampling weight at this many characters (0: proportional to size)")
     sp.add_argument("--source-share", dest="source_share", action="append", metavar="NAME=FRACTION",

@@ -117,13 +117,21 @@ def package_root(name: str) -> tuple[Path, str, str]:
     if dists:
         meta = importlib.metadata.metadata(dists[0])
         version = meta.get("Version", "")
-        licence = meta.get("License-Expression") or ""
-        if not licence and meta.get("License") and "\n" not in meta.get("License").strip():
-            licence = meta.get("License").strip()
-        if not licence:
-            classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License")]
-            licence = " / ".join(classifiers)
+        licence = metadata_licence(meta)
     return root, version, licence
+
+
+def metadata_licence(meta) -> str:
+    """The licence a distribution's core metadata (``email.message.Message``: ``METADATA``/``PKG-INFO``)
+    states: its ``License-Expression`` (PEP 639), else a one-line ``License`` field, else its
+    ``License ::`` trove classifiers joined by `` / `` (empty when it states none)."""
+    licence = meta.get("License-Expression") or ""
+    if not licence and meta.get("License") and "\n" not in meta.get("License").strip():
+        licence = meta.get("License").strip()
+    if not licence:
+        classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License")]
+        licence = " / ".join(classifiers)
+    return licence
 
 
 def load_sources(corpus_dir: str = "", packages: Sequence[str] = (), extra_corpus: Sequence[str] = (),
@@ -149,8 +157,7 @@ def load_sources(corpus_dir: str = "", packages: Sequence[str] = (), extra_corpu
 
     train_paths, held_paths = split_corpus(main_root, holdout_percent)
     sources[0].held = [read_source(p) for p in held_paths]
-    held = {content_hash(text) for text in sources[0].held}
-    seen: set[str] = set()
+    splitter = Splitter(sources[0].held, holdout_percent)
     for index, src in enumerate(sources):
         if index == 0:
             texts = (read_source(p) for p in train_paths)  # split_corpus already parsed them
@@ -159,16 +166,41 @@ def load_sources(corpus_dir: str = "", packages: Sequence[str] = (), extra_corpu
             paths = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.relative_to(root).as_posix())
             texts = (text for text in map(read_python, paths) if text is not None)
         for text in texts:
-            digest = content_hash(text)
-            if digest in seen or digest in held:
-                src.duplicates += 1
-            elif index > 0 and int(digest, 16) % 100 < holdout_percent:
-                src.held.append(text)
-                held.add(digest)
-            else:
-                src.train.append(text)
-            seen.add(digest)
+            splitter.add(src, text, by_content=index > 0)
     return sources
+
+
+class Splitter:
+    """The hold-out split and deduplication of a corpus of several sources, fed one text at a time in
+    corpus order (the main source's training texts first, then each added source's).
+
+    ``main_held`` are the main source's held-out texts (chosen by relative path, :func:`split_corpus`).
+    A text whose content hash (:func:`content_hash`) was already seen, or is held out anywhere, is a
+    duplicate (first seen wins); an added source's text (``by_content``) is held out when its hash
+    modulo 100 is below ``percent``; the rest is training text. So no held-out text is ever trained on.
+    """
+
+    def __init__(self, main_held: Sequence[str], percent: int = 5):
+        self.percent = percent
+        self.held = {content_hash(text) for text in main_held}
+        self.seen: set[str] = set()
+
+    def add(self, src: Source, text: str, by_content: bool) -> str:
+        """Put ``text`` into ``src.train`` or ``src.held``, or count it in ``src.duplicates``; returns
+        ``"train"``, ``"held"`` or ``"duplicate"``."""
+        digest = content_hash(text)
+        if digest in self.seen or digest in self.held:
+            src.duplicates += 1
+            where = "duplicate"
+        elif by_content and int(digest, 16) % 100 < self.percent:
+            src.held.append(text)
+            self.held.add(digest)
+            where = "held"
+        else:
+            src.train.append(text)
+            where = "train"
+        self.seen.add(digest)
+        return where
 
 
 def sampling_weights(sources: list[Source], cap_chars: int = 0,

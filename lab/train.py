@@ -76,6 +76,9 @@ class TrainConfig:
     init_from: str = ""  # a checkpoint directory to continue from (its tokenizer and shape are kept)
     packages: list = field(default_factory=list)  # import names of installed packages added to the corpus
     extra_corpus: list = field(default_factory=list)  # further directories of .py files added to the corpus
+    corpus_pack: str = ""  # a corpus pack folder (lab.corpus_pack): replaces corpus_dir, packages, extra_corpus
+    # and holdout_percent (the pack's split is used as it was packed)
+    corpus_processes: int = 0  # processes that decompress the pack's members (0 or 1: this one)
     source_cap_chars: int = 0  # cap on one source's share of the sampling weight, in characters (0: none)
     source_shares: dict = field(default_factory=dict)  # fixed fraction of windows per source name
     extra: dict = field(default_factory=dict)
@@ -287,7 +290,12 @@ def train(cfg: TrainConfig) -> dict:
     work, out = Path(cfg.work_dir), Path(cfg.out_dir)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    sources = load_sources(cfg.corpus_dir, cfg.packages, cfg.extra_corpus, cfg.holdout_percent)
+    if cfg.corpus_pack:
+        from .corpus_pack import load_pack
+
+        sources = load_pack(cfg.corpus_pack, processes=cfg.corpus_processes)
+    else:
+        sources = load_sources(cfg.corpus_dir, cfg.packages, cfg.extra_corpus, cfg.holdout_percent)
     train_texts, weights = sampling_weights(sources, cfg.source_cap_chars, cfg.source_shares)
     for src in sources:
         print(f"corpus {src.name} ({src.root}): {len(src.train)} training files ({src.train_chars / 1e6:.1f} M chars),"
