@@ -71,15 +71,53 @@ NAME_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-
 
 def parameters(shape: dict) -> int:
     """The parameter count of a Llama ``shape`` with tied embeddings (lab.train's model)."""
-    d, inter, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_layers"]
+    return sum(math.prod(dims) for dims in shape_tensors(shape).values())
+
+
+def shape_tensors(shape: dict) -> dict[str, tuple[int, ...]]:
+    """The tensors ``save_pretrained`` writes for ``shape`` (Llama, tied embeddings), by name."""
+    d, inter = shape["hidden_size"], shape["intermediate_size"]
     hd = d // shape["num_heads"]
-    attn = d * shape["num_heads"] * hd * 2 + d * shape["num_kv_heads"] * hd * 2
-    return shape["vocab_size"] * d + layers * (attn + 3 * d * inter + 2 * d) + d
+    q, kv = shape["num_heads"] * hd, shape["num_kv_heads"] * hd
+    out = {"model.embed_tokens.weight": (shape["vocab_size"], d), "model.norm.weight": (d,)}
+    for i in range(shape["num_layers"]):
+        p = f"model.layers.{i}."
+        out.update({p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
+                    p + "self_attn.q_proj.weight": (q, d), p + "self_attn.k_proj.weight": (kv, d),
+                    p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, q),
+                    p + "mlp.gate_proj.weight": (inter, d), p + "mlp.up_proj.weight": (inter, d),
+                    p + "mlp.down_proj.weight": (d, inter)})
+    return out
+
+
+def plan_shards(tensors: dict[str, tuple[int, ...]], itemsize: int = 2) -> list[list[tuple[str, int, int]]]:
+    """How :func:`write_shards` lays ``tensors`` (name -> shape) out: shards of ``(piece name, first
+    row, rows)``, at most :data:`SHARD_BYTES` of tensor bytes each, in name order; a tensor larger
+    than a shard is cut into row ranges ``NAME@rowsSTART``."""
+    pieces = []
+    for name, shape in sorted(tensors.items()):
+        size = math.prod(shape) * itemsize
+        rows = shape[0] if shape else 1
+        if size <= SHARD_BYTES or not shape:
+            pieces.append((name, 0, rows, size))
+            continue
+        per = max(1, SHARD_BYTES // (size // rows))
+        pieces += [(f"{name}{SPLIT}{s}", s, min(per, rows - s), min(per, rows - s) * (size // rows))
+                   for s in range(0, rows, per)]
+    shards: list[list[tuple[str, int, int]]] = [[]]
+    used = 0
+    for name, start, rows, size in pieces:
+        if shards[-1] and used + size > SHARD_BYTES:
+            shards.append([])
+            used = 0
+        shards[-1].append((name, start, rows))
+        used += size
+    return shards
 
 
 def shards_needed(shape: dict) -> int:
-    """How many result files the float16 weights of ``shape`` take (row ranges packed into shards)."""
-    return math.ceil(parameters(shape) * 2 / SHARD_BYTES)
+    """How many result files the float16 weights of ``shape`` take (:func:`plan_shards`)."""
+    return len(plan_shards(shape_tensors(shape)))
 
 
 def run_call() -> dict:
@@ -128,30 +166,20 @@ def _write_json(path: Path, data: dict) -> None:
 
 def write_shards(weights: Path, out: Path, stem: str = "model") -> list[dict]:
     """Split the safetensors file ``weights`` into shards of at most :data:`SHARD_BYTES` tensor bytes
-    in ``out`` (``model-01-of-04.safetensors``, ...); a tensor larger than that travels as row
-    ranges named ``NAME@rowsSTART``. Returns ``[{"file", "bytes", "sha256"}]``."""
+    in ``out`` (``model-01-of-04.safetensors``, ...; :func:`plan_shards`). Returns ``[{"file",
+    "bytes", "sha256"}]``."""
     from safetensors.torch import load_file, save_file
 
-    pieces = []
-    for name, t in sorted(load_file(str(weights)).items()):
-        size = t.numel() * t.element_size()
-        if size <= SHARD_BYTES or t.dim() == 0:
-            pieces.append((name, t))
-            continue
-        rows = max(1, SHARD_BYTES // (size // t.shape[0]))
-        pieces += [(f"{name}{SPLIT}{s}", t[s:s + rows].contiguous()) for s in range(0, t.shape[0], rows)]
-    groups: list[dict] = [{}]
-    used = 0
-    for name, t in pieces:
-        size = t.numel() * t.element_size()
-        if groups[-1] and used + size > SHARD_BYTES:
-            groups.append({})
-            used = 0
-        groups[-1][name] = t
-        used += size
+    tensors = load_file(str(weights))
+    itemsizes = {t.element_size() for t in tensors.values()}
+    plan = plan_shards({name: tuple(t.shape) for name, t in tensors.items()}, max(itemsizes, default=2))
     listing = []
-    for i, group in enumerate(groups, 1):
-        path = out / f"{stem}-{i:02d}-of-{len(groups):02d}.safetensors"
+    for i, shard in enumerate(plan, 1):
+        group = {}
+        for piece, start, rows in shard:
+            t = tensors[piece.partition(SPLIT)[0]]
+            group[piece] = t[start:start + rows].contiguous() if SPLIT in piece else t
+        path = out / f"{stem}-{i:02d}-of-{len(plan):02d}.safetensors"
         save_file(group, str(path), metadata={"format": "pt"})
         listing.append({"file": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)})
     return listing
