@@ -25,22 +25,25 @@ done
 # (TOKENIZERS_PARALLELISM stays unset: the tokenizer trains on every core, and the data workers forked
 # after it turn their own parallelism off, as the tokenizers library does after a fork)
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# budgets (s): the check phase's; the train phase gets what is left of the day's DAY_S, at most
+# TRAIN_MAX_S; each phase also runs under a hard `timeout` 10 s past its budget
 if [ $DRY = 1 ]; then
   OUTDIR=${OUTDIR:-runs/gpu-day-dry/out}; WORK=${WORK:-runs/gpu-day-dry/work}
-  CHECK_S=100 TRAIN_S=70 FLAG=--dry-run
+  FLAG=--dry-run
   export FSM_COMPLETE_CACHE=${FSM_COMPLETE_CACHE:-$WORK/fsm-cache}
 else
   [ -n "$OUTDIR" ] || { echo "gpu-day.sh: no \$OUT: run it through the device tool, or pass --out DIR (--dry-run on a CPU)" >&2; exit 2; }
   WORK=${WORK:-/tmp/gpu-day-work}
-  CHECK_S=190 TRAIN_S=370 FLAG=   # hard limits; the phases keep their own budgets (lab/gpu_day.py BUDGET_S), 10 s shorter
+  FLAG=
   export FSM_COMPLETE_CACHE=$WORK/fsm-cache
 fi
+eval "$("$PY" -m lab.gpu_day budgets $FLAG)"   # CHECK_S DAY_S TRAIN_MAX_S: lab/gpu_day.py BUDGET_S
 rm -rf "$WORK"; mkdir -p "$OUTDIR" "$WORK"
 T0=$(date +%s)
 echo "gpu-day: out $OUTDIR, work $WORK, phase $PHASE${FLAG:+, $FLAG}"
 RC_CHECK=-1 RC_TRAIN=-1 PACK=.corpus-pack
 if [ $PHASE != train ]; then
-  timeout --kill-after=10 $CHECK_S "$PY" -m lab.gpu_day check --out "$OUTDIR" --work "$WORK" $FLAG
+  timeout --kill-after=5 $(( CHECK_S + 10 )) "$PY" -m lab.gpu_day check --out "$OUTDIR" --work "$WORK" --budget $CHECK_S $FLAG
   RC_CHECK=$?
   echo "gpu-day: check ended with status $RC_CHECK at $(( $(date +%s) - T0 )) s"
 fi
@@ -49,7 +52,10 @@ if [ $PHASE != check ]; then
     PACK=$WORK/pack
     "$PY" -m lab.gpu_day pack-tiny "$PACK" || echo "gpu-day: the tiny pack failed (see $WORK/pack-tiny.log)"
   fi
-  timeout --kill-after=10 $TRAIN_S "$PY" -m lab.gpu_day train --out "$OUTDIR" --work "$WORK" --pack "$PACK" $FLAG
+  TRAIN_S=$(( DAY_S - ($(date +%s) - T0) ))
+  [ $TRAIN_S -le $TRAIN_MAX_S ] || TRAIN_S=$TRAIN_MAX_S
+  echo "gpu-day: train budget $TRAIN_S s"
+  timeout --kill-after=5 $(( TRAIN_S + 10 )) "$PY" -m lab.gpu_day train --out "$OUTDIR" --work "$WORK" --pack "$PACK" --budget $TRAIN_S $FLAG
   RC_TRAIN=$?
   echo "gpu-day: train ended with status $RC_TRAIN at $(( $(date +%s) - T0 )) s"
 fi
