@@ -234,7 +234,7 @@ def load_pack(folder: Path) -> list:
         from lab.corpus_pack import load_pack as load
     except ImportError:
         return _shim_load(folder)
-    return load(folder)
+    return load(folder, processes=min(16, os.cpu_count() or 1))  # members decompressed in parallel
 
 
 def _shim_build_tiny(out: Path) -> None:
