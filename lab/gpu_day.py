@@ -585,7 +585,7 @@ def markdown(check: dict, train_res: dict) -> str:
             v = s.get(key, {})
             return v.get(field, v.get("status", "-")) if v else "-"
         probes.append(f"| {rep.get('name', name)} | {rep.get('dtype', '-')} | {rep.get('logits', '-')} | "
-                      f"{get('prefill', 'ms')} | {get('decode_step', 'ms_p50')} | {get('graphs', 'ms_p50')} | "
+                      f"{get('prefill', 'ms')} | {get('decode_step', 'ms_p50')} | {get('graphs', 'graph_ms_p50')} | "
                       f"{get('mask', 'mask_and_choose_us')} | {get('syncs', 'syncs_per_token')} |")
     lines += ["| model | dtype | logits | prefill 400 tok ms | decode step ms | CUDA-graph step ms | mask+choose µs "
               "| host syncs/token |", "|---|---|---|---|---|---|---|---|", *probes, ""]
