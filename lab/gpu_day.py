@@ -51,7 +51,7 @@ SHAPE = {
 }
 DRY_SHAPE = {  # the CPU dry run: the same code on a model of a few thousand parameters
     "vocab_size": 320, "hidden_size": 32, "intermediate_size": 64, "num_layers": 1, "num_heads": 2,
-    "num_kv_heads": 1, "seq_len": 64, "batch_size": 4, "lr": 2e-3, "warmup_steps": 2, "steps": 6,
+    "num_kv_heads": 1, "seq_len": 64, "batch_size": 4, "lr": 2e-3, "warmup_steps": 2, "steps": 10_000,
     "eval_windows": 8, "log_every": 2, "save_every": 1_000_000_000, "bf16": True, "data_workers": 2,
     "tokenizer_chars": 200_000,
 }
@@ -59,6 +59,7 @@ DRY_SHAPE = {  # the CPU dry run: the same code on a model of a few thousand par
 # day's 545 s (at most 480), and with the wheel install and `finish` that is about 565 of run's 600
 BUDGET_S = {"check": 180, "day": 545, "train_max": 480}
 DRY_BUDGET_S = {"check": 90, "day": 150, "train_max": 60}  # generous for a loaded 2-core CI machine (25 s idle)
+DRY_DEADLINE_S = 3.0  # the dry run's training loop stops by its deadline too (a few steps)
 TRAIN_RESERVE_S = 50  # of the train phase: evaluation, saving and shards after the loop's deadline
 PEAK_BF16_TFLOPS = 790.0  # dense bf16 matrix products measured on this kind (KINDS.md: 769-798 TFLOP/s)
 BENCH_TASKS = 60
@@ -450,7 +451,7 @@ def train_phase(out: Path, work: Path, pack: Path, dry: bool, budget: float) -> 
             train_tokenizer(tokenizer_sample(texts, cfg.tokenizer_chars, cfg.seed), cfg.vocab_size, tok_dir)
         result["tokenizer_s"] = round(time.perf_counter() - t0 - result["load_s"], 1)
         spent = time.perf_counter() - t0
-        cfg.deadline_s = 0.0 if dry else max(30.0, budget - spent - TRAIN_RESERVE_S)
+        cfg.deadline_s = DRY_DEADLINE_S if dry else max(30.0, budget - spent - TRAIN_RESERVE_S)
         result["deadline_s"] = cfg.deadline_s
         figures = train(cfg, sources)
         result["training"] = figures

@@ -409,7 +409,7 @@ def train(cfg: TrainConfig, sources: list[Source] | None = None) -> dict:
     # progress for the schedule: the deadline's share of time spent, else the steps'
     progress = (lambda: min(1.0, (time.time() - t_loop) / cfg.deadline_s)) if cfg.deadline_s > 0 else (lambda: None)
     while step < cfg.steps:
-        if cfg.deadline_s > 0 and time.time() - t_loop >= cfg.deadline_s:
+        if cfg.deadline_s > 0 and step > first_step and time.time() - t_loop >= cfg.deadline_s:  # one step at least
             stopped_by = "deadline"
             break
         batch = next(batches)

@@ -57,7 +57,8 @@ def test_dry_run_trains_from_the_pack_and_reports_loss_by_source_and_flops(dry):
     res = json.loads((out / gpu_day.TRAIN_FILE).read_text())
     assert res["status"] == "ok", res.get("traceback")
     t = res["training"]
-    assert t["steps"] == gpu_day.DRY_SHAPE["steps"] and t["stopped_by"] == "steps"
+    assert t["stopped_by"] == "deadline" and 1 <= t["steps"] < gpu_day.DRY_SHAPE["steps"]
+    assert t["loop_seconds"] < gpu_day.DRY_DEADLINE_S + 10  # the step under way when it passed ends the loop
     assert "main" in t["held_out_loss_by_source"] and t["held_out_loss"] > 0
     assert res["flops"]["parameters"] == t["parameters"] == gpu_day.parameters(gpu_day.DRY_SHAPE)
     assert 0 <= res["flops"]["share_of_peak"] < 1
