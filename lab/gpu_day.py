@@ -46,7 +46,7 @@ SHAPE = {
     "vocab_size": 16384, "hidden_size": 512, "intermediate_size": 1376, "num_layers": 8,
     "num_heads": 8, "num_kv_heads": 4, "seq_len": 512,
     "batch_size": 128, "lr": 2e-3, "warmup_steps": 100, "steps": 1_000_000,  # the deadline ends the run
-    "eval_windows": 256, "log_every": 25, "save_every": 1_000_000_000,  # one checkpoint, at the end
+    "eval_windows": 96,  # the shipped model's: the same held-out windows "log_every": 25, "save_every": 1_000_000_000,  # one checkpoint, at the end
     "bf16": True, "data_workers": 15, "tokenizer_chars": 30_000_000,
 }
 DRY_SHAPE = {  # the CPU dry run: the same code on a model of a few thousand parameters
@@ -462,6 +462,7 @@ def train_phase(out: Path, work: Path, pack: Path, dry: bool, budget: float) -> 
                            if (model_dir / name).exists()}
         log = Path(cfg.work_dir) / "train_log.jsonl"
         result["train_log"] = [json.loads(ln) for ln in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+        result["comparable"] = per_character(model_dir, sources[0].held, figures)
         result["shards"] = write_shards(model_dir, out)
         result["status"] = "ok"
     except Exception as exc:
@@ -471,6 +472,30 @@ def train_phase(out: Path, work: Path, pack: Path, dry: bool, budget: float) -> 
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     _write_json(out / TRAIN_FILE, result)
     return result
+
+
+def per_character(model_dir: Path, held: list[str], figures: dict) -> dict:
+    """Held-out loss per character, the figure that compares across tokenizers: a loss per token
+    times the tokens per character of the standard library's held-out texts (the main source's),
+    for this model's tokenizer and the shipped one's (its ``training.json`` loss). A larger
+    vocabulary makes fewer, harder tokens: the per-token loss rises while the text costs the same."""
+    from transformers import PreTrainedTokenizerFast
+
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    chars = sum(map(len, held)) or 1
+
+    def tokens_per_char(folder: Path) -> float:
+        tok = PreTrainedTokenizerFast.from_pretrained(folder)
+        return sum(len(ids) for ids in tok(held, add_special_tokens=False)["input_ids"]) / chars
+
+    new, old = tokens_per_char(model_dir), tokens_per_char(DEFAULT_MODEL_DIR)
+    shipped = json.loads((DEFAULT_MODEL_DIR / "training.json").read_text(encoding="utf-8")).get("held_out_loss")
+    loss = figures.get("held_out_loss")
+    return {"held_out_chars": chars, "tokens_per_char": round(new, 4), "shipped_tokens_per_char": round(old, 4),
+            "held_out_nats_per_char": round(loss * new, 4) if loss else None,
+            "shipped_held_out_loss": shipped,
+            "shipped_held_out_nats_per_char": round(shipped * old, 4) if shipped else None}
 
 
 def flops(figures: dict, cfg) -> dict:
@@ -550,6 +575,7 @@ def collect(folder: Path, model_out: Path) -> str:
             (model_out / name).write_text(text, encoding="utf-8")
         training = dict(train_res["training"])
         training["gpu_day"] = {"flops": train_res["flops"], "shape": train_res["shape"],
+                               "per_character": train_res.get("comparable"),
                                "pack": train_res.get("pack_manifest"), "deadline_s": train_res.get("deadline_s")}
         (model_out / "training.json").write_text(json.dumps(training, indent=2) + "\n")
     elif train_res:
@@ -594,10 +620,12 @@ def markdown(check: dict, train_res: dict) -> str:
     if train_res.get("status") == "ok":
         t, f = train_res["training"], train_res["flops"]
         by_source = ", ".join(f"{k} {v}" for k, v in t["held_out_loss_by_source"].items())
+        c = train_res.get("comparable") or {}
         lines += ["| parameters | steps | tokens | loop s | tokens/s | TFLOP/s (6·N·D) | share of 790 | held-out loss "
-                  "(by source) | stopped by |", "|---|---|---|---|---|---|---|---|---|",
+                  "(by source) | nats/char (shipped) | stopped by |", "|---|---|---|---|---|---|---|---|---|---|",
                   f"| {t['parameters']:,} | {t['steps']} | {t['training_tokens']:,} | {t['loop_seconds']} | "
                   f"{t['tokens_per_second']:,} | {f['tflops']} | {f['share_of_peak']:.1%} | {by_source} | "
+                  f"{c.get('held_out_nats_per_char')} ({c.get('shipped_held_out_nats_per_char')}) | "
                   f"{t['stopped_by']} |", ""]
     else:
         lines += [f"Training: {train_res.get('status', 'no result')} {train_res.get('error', '')}", ""]

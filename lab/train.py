@@ -196,9 +196,13 @@ def _loss(model, batch):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
+EVAL_BATCH = 16  # rows per evaluation batch: every figure so far was taken in batches of 16 windows
+
+
 def evaluate(model, maker: SampleMaker, cfg: TrainConfig) -> float:
     """Mean next-token loss (nats/token) on ``cfg.eval_windows`` fixed held-out windows (float32, on
-    the model's device)."""
+    the model's device), the mean of batches of :data:`EVAL_BATCH` windows whatever the training
+    batch, so that a run with another batch size is judged on the same windows the same way."""
     import torch
 
     rng = np.random.default_rng([cfg.seed, 999_999])
@@ -206,8 +210,8 @@ def evaluate(model, maker: SampleMaker, cfg: TrainConfig) -> float:
     model.eval()
     losses = []
     with torch.no_grad():
-        for _ in range(0, cfg.eval_windows, cfg.batch_size):
-            batch = torch.from_numpy(maker.batch(rng, cfg.batch_size)).to(device)
+        for _ in range(0, cfg.eval_windows, EVAL_BATCH):
+            batch = torch.from_numpy(maker.batch(rng, EVAL_BATCH)).to(device)
             losses.append(float(_loss(model, batch)))
     model.train()
     return float(np.mean(losses))

@@ -62,6 +62,9 @@ def test_dry_run_trains_from_the_pack_and_reports_loss_by_source_and_flops(dry):
     assert "main" in t["held_out_loss_by_source"] and t["held_out_loss"] > 0
     assert res["flops"]["parameters"] == t["parameters"] == gpu_day.parameters(gpu_day.DRY_SHAPE)
     assert 0 <= res["flops"]["share_of_peak"] < 1
+    c = res["comparable"]  # per character: comparable across tokenizers
+    assert abs(c["held_out_nats_per_char"] - t["held_out_loss"] * c["tokens_per_char"]) < 1e-3
+    assert 0.1 < c["shipped_tokens_per_char"] < 1 and c["shipped_held_out_nats_per_char"] > 0
     assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= set(res["files"])
     assert [s["file"] for s in res["shards"]] == sorted(p.name for p in out.glob("model-*.safetensors"))
 
