@@ -127,3 +127,23 @@ def test_sampling_on_the_device_is_seeded(gpu):
 
 def test_the_embedded_model_is_the_one_loaded(gpu):
     assert gpu.lm.path == str(DEFAULT_MODEL_DIR)
+
+
+def test_an_outside_engine_s_row_samples_on_the_device(gpu):
+    """vLLM's rows (engine/constrained.py) with a temperature: the row's generator lives on the logits'
+    device (a CPU one made torch.multinomial raise, and the row stopped at its first step)."""
+    from engine.constrained import ConstrainedRow
+    from engine.remote import prepare, tables_of
+
+    remote = prepare(gpu, CompletionRequest(prefix=DEMO[0], suffix=DEMO[1], temperature=0.8, seed=3, max_tokens=6))
+    logits, _ = gpu.kv.prefill(remote.prompt_ids)
+    row = ConstrainedRow(remote.spec, tables_of(gpu))
+    for _ in range(4):
+        masked = row.mask(logits)
+        assert row.error is None, row.error
+        tok = int(torch.argmax(masked))
+        row.accept(tok)
+        if row.stop is not None or tok in remote.stop_ids:
+            break
+        logits = gpu.kv.decode_one_token(tok)
+    assert row.dec.gen
