@@ -165,9 +165,13 @@ def probe(model: str, device: str, seconds: float, out: Path) -> dict:
                     tokens += int(getattr(res, "decoded_tokens", res.tokens))
             finally:
                 torch.cuda.set_sync_debug_mode("default")
+        repo = Path(__file__).resolve().parent.parent
         for w in caught:
             if "synchroniz" in str(w.message):
-                found[f"{Path(w.filename).as_posix().split('/wt-gpu-day/')[-1].split('/site-packages/')[-1]}:{w.lineno}"] += 1
+                path = Path(w.filename).resolve()
+                where = path.relative_to(repo).as_posix() if path.is_relative_to(repo) else \
+                    path.as_posix().split("/site-packages/")[-1]
+                found[f"{where}:{w.lineno}"] += 1
         total = sum(found.values())
         return {"requests": len(DEMO_PREFIXES), "decoded_tokens": tokens, "syncs": total,
                 "syncs_per_token": round(total / max(1, tokens), 3), "by_line": dict(found.most_common(20))}
