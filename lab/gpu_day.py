@@ -706,7 +706,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     call = run_call()
     print(json.dumps(call, indent=2))
+    print(travel_note(call["carry"]), file=sys.stderr)
     return 0
+
+
+def travel_note(carry: list[str]) -> str:
+    """What the call sends, against the tool's 64 MiB: the tracked and untracked-not-ignored files
+    of this checkout and the carried folders (the device tool sends the session's own checkout)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True).stdout.split("\0")
+    tree = sum((REPO / f).stat().st_size for f in listed if f and (REPO / f).is_file())
+    parts = {name: sum(p.stat().st_size for p in (REPO / name).rglob("*") if p.is_file())
+             for name in carry if (REPO / name).exists()}
+    missing = [name for name in carry if name not in parts]
+    total = tree + sum(parts.values())
+    return (f"travels: tree {tree / 2**20:.1f} MiB + " + " + ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in parts.items())
+            + f" = {total / 2**20:.1f} MiB of 64" + (f"; missing here: {', '.join(missing)}" if missing else ""))
 
 
 if __name__ == "__main__":

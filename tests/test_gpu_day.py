@@ -151,5 +151,5 @@ def test_the_run_call_fits_the_tool():
     b = gpu_day.BUDGET_S
     assert b["check"] < b["day"] and b["day"] + 10 + 40 <= call["timeout_s"] <= 600
     printed = subprocess.run(["bash", "scripts/gpu-day.sh", "--print-run"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
     assert json.loads(printed.stdout) == call
