@@ -443,12 +443,12 @@ def train(cfg: TrainConfig, sources: list[Source] | None = None) -> dict:
             log.flush()
         if step % cfg.save_every == 0 or step == cfg.steps:
             _save_checkpoint(ckpt, model, opt, step, time.time() - t_start, tokens_seen, cfg)
+    loop_seconds = time.time() - t_loop  # the steps only (the device's work and the waits between steps)
     if stopped_by == "deadline":
         _save_checkpoint(ckpt, model, opt, step, time.time() - t_start, tokens_seen, cfg)
     bar.close()
     del batches  # ends the data workers
     train_seconds = time.time() - t_start
-    loop_seconds = time.time() - t_loop
     t_eval = time.time()
     losses = held_out_losses(model, tokenizer, sources, cfg)
     train_loss = evaluate(model, SampleMaker(tokenizer, train_texts, cfg, weights), cfg)
