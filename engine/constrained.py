@@ -107,7 +107,9 @@ class ConstrainedRow(DecodeLoop):
         if spec.temperature > 0:
             import torch
 
-            self.generator = torch.Generator(device="cpu")
+            # on the logits' device: a CPU generator for CUDA logits makes torch.multinomial raise,
+            # and the row would stop at its first sampled step (vLLM on a GPU)
+            self.generator = torch.Generator(device=self.masks.device)
             self.generator.manual_seed(spec.seed)
 
     @classmethod

@@ -9,6 +9,15 @@ from __future__ import annotations
 import torch
 
 
+def ids_tensor(ids: list[int], device) -> torch.Tensor:
+    """Token ids as a long ``[n]`` tensor on ``device``. On an accelerator the host-to-device copy is
+    issued ``non_blocking``: from pageable memory the driver stages the few bytes at once, so the
+    host does not wait for the device's queued work (a plain ``torch.tensor(ids, device=...)``
+    synchronises the stream: one more host synchronisation per decoded token)."""
+    t = torch.tensor(ids, dtype=torch.long)
+    return t if device.type == "cpu" else t.to(device, non_blocking=True)
+
+
 def mask_logits(logits: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
     """``[vocab]`` logits with the ``blocked`` (bool ``[vocab]``, same device) ids set to -inf; a new
     tensor, one fused fill, no host sync."""
@@ -153,7 +162,7 @@ class KVCache:
         self.ids = self.ids[:keep]
 
     def _forward(self, ids: list[int], keep_last: bool, prefill: bool = False):
-        inp = torch.tensor(ids, dtype=torch.long, device=self.device)  # [new_tokens]
+        inp = ids_tensor(ids, self.device)  # [new_tokens]
         if self.own:
             if prefill:  # a whole prompt block in the prefill dtype (engine.llama.LlamaDecoder.prefill_blocks)
                 return self.model.forward(inp, prefill=True)  # [vocab]
@@ -232,7 +241,7 @@ class KVCache:
         ``token_ids[i]``). Roll back a rejected tail with :meth:`drop_last`."""
         self.ids.extend(token_ids)
         try:
-            inp = torch.tensor(token_ids, dtype=torch.long, device=self.device)  # [n]
+            inp = ids_tensor(token_ids, self.device)  # [n]
             if self.own:
                 return self.model.forward(inp, last_only=False)  # [n, vocab]
             if self.cache is None:

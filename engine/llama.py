@@ -437,7 +437,8 @@ class LlamaDecoder:
             return self.forward(ids)
         self._reserve(self.length + 1)  # a grown cache has another shape: torch.compile recompiles once
         with torch.inference_mode():
-            pos = torch.tensor([self.length], device=self.device)
+            pos = torch.tensor([self.length])
+            pos = pos if self.device.type == "cpu" else pos.to(self.device, non_blocking=True)  # no stream sync
             logits = self._compiled(ids, pos)
         self.length += 1
         return logits

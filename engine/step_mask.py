@@ -279,7 +279,8 @@ class StepMask:
         import torch
 
         tensor = torch.from_numpy(array)
-        return tensor if self.device.type == "cpu" else tensor.to(self.device)
+        # non_blocking: a memo miss does not wait for the device's queued work (the bytes are staged at once)
+        return tensor if self.device.type == "cpu" else tensor.to(self.device, non_blocking=True)
 
     # -- the whole step ---------------------------------------------------------------------------
 

@@ -338,6 +338,8 @@ def add_bench_parser(sub):
     (its ``func`` default is :func:`cmd_bench`). The kinds are :data:`lab.tasks.ALL_KINDS`."""
     sp = sub.add_parser("bench", help="measure validity and speed, constrained vs unconstrained")
     sp.add_argument("--tasks", type=int, default=200)
+    sp.add_argument("--time-limit", dest="time_limit", type=float, default=0.0,
+                    help="seconds for the tasks (after the warm-up); the report holds those done by then (0: no limit)")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", default="bench-out")
     sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files; for the "

@@ -456,7 +456,20 @@ def _run_loaded(args, engine, settings, lsp_timer) -> dict:
     engine.complete(CompletionRequest(prefix="x = ", suffix=""))
     engine.complete(CompletionRequest(prefix="import os\nos.path.join(", suffix=")\n"))
     projects: dict[str, object] = {}  # package folder -> its ProjectContext (the same texts for all its tasks)
+    limit = getattr(args, "time_limit", 0) or 0
+    started, limited = time.perf_counter(), False
+    if limit and not any(t.kind == bench_context.KIND for t in tasks):  # kinds interleaved: a cut keeps their shares
+        import itertools
+
+        groups: dict[str, list[Task]] = {}
+        for t in tasks:
+            groups.setdefault(t.kind, []).append(t)
+        tasks = [t for row in itertools.zip_longest(*groups.values()) for t in row if t is not None]
     for i, task in enumerate(tqdm(tasks, desc="bench", unit="task", file=sys.stderr)):
+        if limit and time.perf_counter() - started > limit:  # --time-limit: report the tasks done so far
+            print(f"bench: --time-limit {limit:g} s reached after {i} of {len(tasks)} tasks", file=sys.stderr)
+            tasks, limited = tasks[:i], True
+            break
         project = None
         if task.kind == bench_context.KIND:
             folder = str(Path(task.path).parent)
@@ -475,6 +488,7 @@ def _run_loaded(args, engine, settings, lsp_timer) -> dict:
     engine.save_tables()
     report = {
         "tasks": len(tasks),
+        "time_limited": limited,
         "model": engine.model_name,
         "vocab_size": engine.index.size,
         "device": str(engine.lm.device),

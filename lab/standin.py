@@ -14,6 +14,7 @@ peak memory), never quality. Shapes (Qwen2.5-Coder's config.json; tied embedding
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -85,6 +86,64 @@ def write_standin(out: Path, shape: str = "qwen2.5-coder-0.5b", qtype: str = "Q8
             quantize(f16, out, ftype)
         finally:
             f16.unlink(missing_ok=True)
+    return out
+
+
+def write_hf_standin(out: Path, shape: str = "qwen2.5-coder-0.5b", vocab: int = 151936, dtype: str = "bfloat16",
+                     device: str = "cpu", seed: int = 0) -> Path:
+    """Write a Hugging Face checkpoint directory ``out`` of ``shape`` with random weights (normal,
+    std 0.02; norms 1, biases 0) in ``dtype``, made on ``device`` (``cuda``: a 0.5 B model in about
+    a second), as ``config.json`` (``qwen2``) + one ``model.safetensors`` + the embedded model's
+    tokenizer. ``vocab``: the LM head's rows (151936: Qwen2.5-Coder's); the rows past the tokenizer's
+    8192 ids are padding the engine masks on the device (:meth:`engine.step_mask.StepMask.fit_logits`),
+    so the device-side mask is as wide as the real model's while the FSM covers the embedded
+    tokenizer. No GGUF writer and no llama.cpp: this is the torch engine's stand-in (the accelerator
+    day, lab/gpu_day.py). Returns ``out``; raises KeyError for an unknown shape."""
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    from engine.settings import DEFAULT_MODEL_DIR
+
+    hidden, layers, heads, kv_heads, ffn, theta = SHAPES[shape]
+    head_dim = hidden // heads
+    base = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())
+    vocab = max(vocab, base["vocab_size"])
+    dt = getattr(torch, dtype)
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def rand(*dims):
+        return (torch.randn(*dims, generator=gen, device=device, dtype=torch.float32) * 0.02).to(dt).cpu()
+
+    def const(n, value):
+        return torch.full((n,), value, dtype=dt)
+
+    q, kv = heads * head_dim, kv_heads * head_dim
+    weights = {"model.embed_tokens.weight": rand(vocab, hidden), "model.norm.weight": const(hidden, 1.0)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        weights.update({
+            p + "input_layernorm.weight": const(hidden, 1.0), p + "post_attention_layernorm.weight": const(hidden, 1.0),
+            p + "self_attn.q_proj.weight": rand(q, hidden), p + "self_attn.k_proj.weight": rand(kv, hidden),
+            p + "self_attn.v_proj.weight": rand(kv, hidden), p + "self_attn.q_proj.bias": const(q, 0.0),
+            p + "self_attn.k_proj.bias": const(kv, 0.0), p + "self_attn.v_proj.bias": const(kv, 0.0),
+            p + "self_attn.o_proj.weight": rand(hidden, q), p + "mlp.gate_proj.weight": rand(ffn, hidden),
+            p + "mlp.up_proj.weight": rand(ffn, hidden), p + "mlp.down_proj.weight": rand(hidden, ffn)})
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+              "hidden_size": hidden, "intermediate_size": ffn, "num_hidden_layers": layers,
+              "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+              "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+              "rope_parameters": {"rope_theta": theta, "rope_type": "default"}, "tie_word_embeddings": True,
+              "vocab_size": vocab, "use_sliding_window": False, "dtype": dtype,
+              "bos_token_id": base.get("bos_token_id"), "eos_token_id": base.get("eos_token_id"),
+              "pad_token_id": base.get("pad_token_id"), "fim_template": base.get("fim_template", "fsm-complete"),
+              "name_or_path": f"{shape} stand-in (random weights, {vocab} logits)"}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(DEFAULT_MODEL_DIR / name, out / name)
     return out
 
 

@@ -82,6 +82,11 @@ class TrainConfig:
     source_cap_chars: int = 0  # cap on one source's share of the sampling weight, in characters (0: none)
     source_shares: dict = field(default_factory=dict)  # fixed fraction of windows per source name
     extra: dict = field(default_factory=dict)
+    # the accelerator day (lab/gpu_day.py, docs/gpu-day.md); the defaults keep the CPU run as it was
+    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N" | "auto" (CUDA when available)
+    deadline_s: float = 0.0  # wall-clock seconds the training loop may run (0: none); then it stops, saves, evaluates
+    data_workers: int = 0  # processes that tokenise the batches ahead of the trainer (0: the trainer itself)
+    tokenizer_chars: int = 0  # the tokenizer trains on a seeded sample of this many characters (0: all texts)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,10 +177,14 @@ class SampleMaker:
 # training
 
 
-def _lr_at(step: int, cfg: TrainConfig) -> float:
+def _lr_at(step: int, cfg: TrainConfig, progress: float | None = None) -> float:
+    """The learning rate of ``step`` (0-based): linear warm-up over ``warmup_steps``, then a cosine to
+    ``min_lr_ratio * lr`` over the rest of ``steps``, or over ``progress`` (the fraction of the
+    run's time spent, 0 to 1) when it is given (a run under ``deadline_s``)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    if progress is None:
+        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
     cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
 
@@ -190,26 +199,94 @@ def _loss(model, batch):
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
+EVAL_BATCH = 16  # rows per evaluation batch: every figure so far was taken in batches of 16 windows
+
+
 def evaluate(model, maker: SampleMaker, cfg: TrainConfig) -> float:
-    """Mean next-token loss (nats/token) on ``cfg.eval_windows`` fixed held-out windows."""
+    """Mean next-token loss (nats/token) on ``cfg.eval_windows`` fixed held-out windows (float32, on
+    the model's device), the mean of batches of :data:`EVAL_BATCH` windows whatever the training
+    batch, so that a run with another batch size is judged on the same windows the same way."""
     import torch
 
     rng = np.random.default_rng([cfg.seed, 999_999])
+    device = next(model.parameters()).device
     model.eval()
     losses = []
     with torch.no_grad():
-        for _ in range(0, cfg.eval_windows, cfg.batch_size):
-            batch = torch.from_numpy(maker.batch(rng, cfg.batch_size))
+        for _ in range(0, cfg.eval_windows, EVAL_BATCH):
+            batch = torch.from_numpy(maker.batch(rng, EVAL_BATCH)).to(device)
             losses.append(float(_loss(model, batch)))
     model.train()
     return float(np.mean(losses))
 
 
-def _autocast(cfg: TrainConfig):
-    """bfloat16 autocast on the CPU when ``cfg.bf16``, else a no-op context."""
+def _autocast(cfg: TrainConfig, device_type: str = "cpu"):
+    """bfloat16 autocast on ``device_type`` (``cpu``, ``cuda``) when ``cfg.bf16``, else a no-op context."""
     import torch
 
-    return torch.autocast("cpu", dtype=torch.bfloat16) if cfg.bf16 else contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=torch.bfloat16) if cfg.bf16 else contextlib.nullcontext()
+
+
+def _device(cfg: TrainConfig):
+    """``cfg.device`` as a torch device (``auto``: CUDA when available). Raises ValueError when CUDA
+    is asked for and absent."""
+    import torch
+
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {cfg.device!r} was asked for but torch.cuda.is_available() is False; use --device cpu")
+    return torch.device(cfg.device)
+
+
+def tokenizer_sample(texts: list[str], chars: int, seed: int) -> list[str]:
+    """The texts the tokenizer trains on: all of ``texts`` when ``chars`` is 0, else whole texts in a
+    seeded random order until ``chars`` characters are taken (BPE training is quick on a sample;
+    the merges of a 40 M-character sample of Python are the frequent ones of the whole)."""
+    if not chars or sum(map(len, texts)) <= chars:
+        return texts
+    picked, total = [], 0
+    for i in np.random.default_rng([seed, 777]).permutation(len(texts)):
+        if total >= chars:
+            break
+        picked.append(texts[i])
+        total += len(texts[i])
+    return picked
+
+
+class _Batches:
+    """The training batches of steps ``start ... steps - 1`` in order, ``[batch, seq_len + 1]`` int64
+    (``-1`` marks padding), each the same whether made here or in a worker: step ``k``'s comes from
+    ``numpy.random.default_rng([data_seed, k])``. With ``cfg.data_workers`` > 0 that many processes
+    (a torch ``DataLoader``; worker ``w`` makes the steps ``k`` with ``k % workers == w``, and the
+    loader hands them out round-robin, so in step order) tokenise ahead of the trainer, into pinned
+    memory on CUDA."""
+
+    def __init__(self, maker: SampleMaker, cfg: TrainConfig, data_seed: int, start: int, pin: bool):
+        self.maker, self.cfg, self.data_seed, self.start, self.pin = maker, cfg, data_seed, start, pin
+
+    def _make(self, step: int):
+        import torch
+
+        return torch.from_numpy(self.maker.batch(np.random.default_rng([self.data_seed, step]), self.cfg.batch_size))
+
+    def __iter__(self):
+        import torch
+
+        workers = self.cfg.data_workers
+        if workers <= 0:
+            return (self._make(k) for k in range(self.start, self.cfg.steps))
+        outer = self
+
+        class Steps(torch.utils.data.IterableDataset):
+            def __iter__(self):
+                info = torch.utils.data.get_worker_info()
+                w, n = (info.id, info.num_workers) if info is not None else (0, 1)
+                first = outer.start + w  # the loader takes worker 0's first, then worker 1's, ...
+                return (outer._make(k) for k in range(first, outer.cfg.steps, n))
+
+        return iter(torch.utils.data.DataLoader(Steps(), batch_size=None, num_workers=workers, pin_memory=self.pin,
+                                                prefetch_factor=4, persistent_workers=False))
 
 
 def _new_model(cfg: TrainConfig, tokenizer):
@@ -253,7 +330,7 @@ def _tokenizer_and_model(cfg: TrainConfig, work: Path, train_texts: list[str]):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(tok_dir)
     else:
         t0 = time.time()
-        tokenizer = train_tokenizer(train_texts, cfg.vocab_size, tok_dir)
+        tokenizer = train_tokenizer(tokenizer_sample(train_texts, cfg.tokenizer_chars, cfg.seed), cfg.vocab_size, tok_dir)
         print(f"tokenizer trained in {time.time() - t0:.0f} s", file=sys.stderr)
     torch.manual_seed(cfg.seed)
     return tokenizer, _new_model(cfg, tokenizer)
@@ -276,25 +353,32 @@ def held_out_losses(model, tokenizer, sources: list[Source], cfg: TrainConfig) -
     return losses
 
 
-def train(cfg: TrainConfig) -> dict:
+def train(cfg: TrainConfig, sources: list[Source] | None = None) -> dict:
     """Run (or resume) a training run; returns the figures written to ``out_dir/training.json``.
+    ``sources``: the corpus (:class:`lab.corpus.Source`, the main one first, e.g. a corpus pack's);
+    None reads it from ``cfg`` (:func:`lab.corpus.load_sources`).
 
-    Raises ``ValueError`` for a package in ``cfg.packages`` that is not installed or an
-    ``init_from`` directory without a tokenizer.
+    With ``cfg.deadline_s`` the loop stops when that many seconds have passed (or at ``cfg.steps``),
+    the learning rate's cosine following the time spent; then the run saves and evaluates as at the
+    end. Raises ``ValueError`` for a package in ``cfg.packages`` that is not installed, an
+    ``init_from`` directory without a tokenizer, or CUDA asked for and absent.
     """
     import torch
     from tqdm import tqdm
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    device = _device(cfg)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # the float32 evaluation's products
     work, out = Path(cfg.work_dir), Path(cfg.out_dir)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    if cfg.corpus_pack:
+    if sources is None and cfg.corpus_pack:
         from .corpus_pack import load_pack
 
         sources = load_pack(cfg.corpus_pack, processes=cfg.corpus_processes)
-    else:
+    elif sources is None:
         sources = load_sources(cfg.corpus_dir, cfg.packages, cfg.extra_corpus, cfg.holdout_percent)
     train_texts, weights = sampling_weights(sources, cfg.source_cap_chars, cfg.source_shares)
     for src in sources:
@@ -303,62 +387,81 @@ def train(cfg: TrainConfig) -> dict:
     print(f"corpus read in {time.time() - t0:.0f} s", file=sys.stderr)
 
     tokenizer, model = _tokenizer_and_model(cfg, work, train_texts)
+    step, elapsed, tokens_seen = 0, 0.0, 0
+    ckpt = work / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=False, map_location="cpu") if ckpt.exists() else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        step, elapsed, tokens_seen = state["step"], state["elapsed"], state["tokens"]
+        print(f"resumed from step {step}", file=sys.stderr)
+    maker = SampleMaker(tokenizer, train_texts, cfg, weights)
+    data_seed = cfg.seed if cfg.data_seed < 0 else cfg.data_seed
+    batches = iter(_Batches(maker, cfg, data_seed, step, pin=device.type == "cuda"))  # workers fork before CUDA starts
+    model.to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg.lr,
         betas=(0.9, 0.95),
+        fused=device.type == "cuda",  # one kernel for the whole update instead of several per tensor
     )
-    step, elapsed, tokens_seen = 0, 0.0, 0
-    ckpt = work / "checkpoint.pt"
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(state["model"])
+    if state is not None:
         opt.load_state_dict(state["optim"])
-        step, elapsed, tokens_seen = state["step"], state["elapsed"], state["tokens"]
-        print(f"resumed from step {step}", file=sys.stderr)
-
-    maker = SampleMaker(tokenizer, train_texts, cfg, weights)
     n_params = sum(p.numel() for p in model.parameters())
     log = (work / "train_log.jsonl").open("a")
-    bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", file=sys.stderr)
+    bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", file=sys.stderr,
+               mininterval=1.0 if device.type == "cpu" else 10.0)
     t_start = time.time() - elapsed
+    t_loop = time.time()  # the deadline counts from here (a resumed run gets a new one)
     model.train()
-    data_seed = cfg.seed if cfg.data_seed < 0 else cfg.data_seed
+    first_step, stopped_by = step, "steps"
+    loss_sum, loss_n = None, 0  # the losses since the last log, summed on the device: read at log steps only
+    # progress for the schedule: the deadline's share of time spent, else the steps'
+    progress = (lambda: min(1.0, (time.time() - t_loop) / cfg.deadline_s)) if cfg.deadline_s > 0 else (lambda: None)
     while step < cfg.steps:
-        batch = torch.from_numpy(maker.batch(np.random.default_rng([data_seed, step]), cfg.batch_size))
+        if cfg.deadline_s > 0 and step > first_step and time.time() - t_loop >= cfg.deadline_s:  # one step at least
+            stopped_by = "deadline"
+            break
+        batch = next(batches)
+        tokens_seen += int((batch[:, 1:] >= 0).sum())  # on the host copy: no device sync
+        batch = batch.to(device, non_blocking=True)
         for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg)
-        with _autocast(cfg):
+            group["lr"] = _lr_at(step, cfg, progress())
+        with _autocast(cfg, device.type):
             loss = _loss(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
-        tokens_seen += int((batch[:, 1:] >= 0).sum())
         bar.update(1)
-        loss = float(loss.detach())
-        bar.set_postfix(loss=f"{loss:.3f}")
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+        loss_n += 1
         if step % cfg.log_every == 0 or step == cfg.steps:
+            mean_loss = float(loss_sum) / loss_n  # the mean over the steps since the last log
+            loss_sum, loss_n = None, 0
+            bar.set_postfix(loss=f"{mean_loss:.3f}")
             spent = time.time() - t_start
-            rec = {"step": step, "loss": round(loss, 4), "lr": _lr_at(step - 1, cfg),
+            rec = {"step": step, "loss": round(mean_loss, 4), "lr": _lr_at(step - 1, cfg, progress()),
                    "tokens": tokens_seen, "elapsed_s": round(spent, 1),
                    "tokens_per_s": round(tokens_seen / max(spent, 1e-9))}
             log.write(json.dumps(rec) + "\n")
             log.flush()
         if step % cfg.save_every == 0 or step == cfg.steps:
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step,
-                        "elapsed": time.time() - t_start, "tokens": tokens_seen, "config": asdict(cfg)}, tmp)
-            os.replace(tmp, ckpt)
+            _save_checkpoint(ckpt, model, opt, step, time.time() - t_start, tokens_seen, cfg)
+    loop_seconds = time.time() - t_loop  # the steps only (the device's work and the waits between steps)
+    if stopped_by == "deadline":
+        _save_checkpoint(ckpt, model, opt, step, time.time() - t_start, tokens_seen, cfg)
     bar.close()
+    del batches  # ends the data workers
     train_seconds = time.time() - t_start
+    t_eval = time.time()
     losses = held_out_losses(model, tokenizer, sources, cfg)
     train_loss = evaluate(model, SampleMaker(tokenizer, train_texts, cfg, weights), cfg)
+    eval_seconds = time.time() - t_eval
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.float16).save_pretrained(out, safe_serialization=True)
+    model.to("cpu", torch.float16).save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     previous = {}
     if cfg.init_from and (Path(cfg.init_from) / "training.json").exists():
@@ -379,8 +482,28 @@ def train(cfg: TrainConfig) -> dict:
         "init_from": {"dir": cfg.init_from, "held_out_loss": previous.get("held_out_loss"),
                       "training_tokens": previous.get("training_tokens")} if cfg.init_from else None,
         "python": sys.version.split()[0],
+        # this run's steps and where its time went (positions: every row's seq_len, padding included,
+        # the work the device did; training_tokens counts the targets that were not padding)
+        "steps": step,
+        "steps_this_run": step - first_step,
+        "positions_this_run": (step - first_step) * cfg.batch_size * cfg.seq_len,
+        "loop_seconds": round(loop_seconds, 1),
+        "eval_seconds": round(eval_seconds, 1),
+        "stopped_by": stopped_by,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
         "config": asdict(cfg),
     }
     (out / "training.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps({k: v for k, v in figures.items() if k not in ("config", "sources")}), file=sys.stderr)
     return figures
+
+
+def _save_checkpoint(path: Path, model, opt, step: int, elapsed: float, tokens: int, cfg: TrainConfig) -> None:
+    """Write the resumable checkpoint (model, optimizer, step, time, tokens) atomically."""
+    import torch
+
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "step": step, "elapsed": elapsed,
+                "tokens": tokens, "config": asdict(cfg)}, tmp)
+    os.replace(tmp, path)

@@ -32,12 +32,18 @@ class SemanticFilter:
         first = None
         if temperature <= 0:
             # greedy: the best lexically allowed token decides alone when the monitors accept it
-            first = int(torch.argmax(logits))
+            if logits.device.type == "cpu":
+                first = int(torch.argmax(logits))
+                best = float(logits[first])
+            else:  # one host transfer for both numbers (each read is a device synchronisation)
+                value, index = torch.max(logits, 0)
+                best, first = torch.stack((value.double(), index.double())).tolist()
+                first = int(first)
             data = self.tokens[first] if first < len(self.tokens) else None
             quiet = not sem.open_calls() and (sem.member is None or sem.member.done) and sem.names is None
             if quiet and data is not None and b"(" not in data:
                 return logits, []  # only a call the token itself opens could refuse it
-            if float(logits[first]) == float("-inf"):
+            if best == float("-inf"):
                 return logits, []  # nothing is allowed: the caller's fuse handles it
             if self.accepts(first, state, sem, refused):
                 return logits, []
