@@ -58,6 +58,10 @@ CANDIDATES = [
     TODAY,
     shape(256, 6, 8, 4, 16384),
     shape(256, 6, 8, 4, 32768),
+    shape(256, 8, 8, 4),
+    shape(256, 10, 8, 4),
+    shape(320, 8, 10, 5),
+    shape(384, 6, 6, 2),
     shape(384, 8, 6, 2),
     shape(384, 12, 6, 2),
     shape(512, 8, 8, 4),
@@ -151,14 +155,25 @@ def _rss_mb() -> float:
 
 
 def prompt_text(chars: int = 12_000) -> str:
-    """About ``chars`` characters of real code: held-out standard-library files, concatenated."""
+    """About ``chars`` characters of real code: held-out standard-library files (the split of
+    :func:`lab.corpus.is_held_out`), concatenated, the first that parse in path order."""
+    import ast
+
     from engine.text import read_source
 
-    from .corpus import held_out_files
+    from .corpus import is_held_out, stdlib_dir
 
-    text = ""
-    for path in held_out_files():
-        text += read_source(path)
+    root, text = stdlib_dir(), ""
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if "site-packages" in rel or not is_held_out(rel):
+            continue
+        try:
+            part = read_source(path)
+            ast.parse(part)
+        except (SyntaxError, ValueError, OSError):
+            continue
+        text += part
         if len(text) >= chars:
             break
     return text
@@ -197,23 +212,27 @@ def measure_one(model_dir: Path, prompts=(400, 1000), steps: int = 24, runs: int
            "decode_threads": torch.get_num_threads(), "prefill_threads": lm.prefill_threads,
            "prefill_dtype": str(getattr(lm.model, "prefill_dtype", None)), "prompt_ms": {}}
     kv.prefill(ids[:64])  # first-call allocations
+    out["prompt_cpu_ms"] = {}
     for n in prompts:
-        times = []
+        times, cpu = [], []
         for _ in range(runs):
             kv.reset()
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             kv.prefill(ids[:n])
             times.append((time.perf_counter() - t) * 1e3)
+            cpu.append((time.process_time() - c) * 1e3)
         out["prompt_ms"][str(n)] = [round(x, 2) for x in times]
+        out["prompt_cpu_ms"][str(n)] = [round(x, 2) for x in cpu]
     n = prompts[0]
     kv.reset()
     kv.prefill(ids[:n])
-    step, verify = [], []
+    step, step_cpu, verify = [], [], []
     for i in range(steps + 4):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         kv.decode_one_token(ids[n + i % 16])
         if i >= 4:
             step.append((time.perf_counter() - t) * 1e3)
+            step_cpu.append((time.process_time() - c) * 1e3)
         if len(kv.ids) >= n + 16:
             kv.drop_last(len(kv.ids) - n)
     # the decode loop's Python between two steps evicts part of the weights from the CPU's caches
@@ -236,6 +255,7 @@ def measure_one(model_dir: Path, prompts=(400, 1000), steps: int = 24, runs: int
         verify.append((time.perf_counter() - t) * 1e3)
         kv.drop_last(4)
     out["step_ms"] = [round(x, 3) for x in step]
+    out["step_cpu_ms"] = [round(x, 3) for x in step_cpu]
     out["step_evicted_ms"] = [round(x, 3) for x in evicted]
     out["verify4_ms"] = [round(x, 3) for x in verify[1:]]
     out["rss_peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -329,6 +349,27 @@ def predict(rows: list[dict], prefill_ratio: float, step_ratio: float, mask_rati
     return {"p50_ms": round(statistics.median(totals), 1), "p95_ms": round(totals[int(0.95 * (len(totals) - 1))], 1)}
 
 
+def check_bench(today_dir: Path, cand_dir: Path) -> dict:
+    """The model's ratios as the real bench saw them: a candidate's bench run (random weights: its
+    texts and token counts are its own) against today's, over their constrained requests: prefill
+    ms (median), forward ms per decoded token (sums), mask ms per decoded token, the analysis ms
+    (median; should not move) and both p50s."""
+    def figures(rows):
+        tokens = max(1, sum(r["tokens"] for r in rows))
+        return {"requests": len(rows), "p50_ms": round(statistics.median(r["total"] for r in rows), 1),
+                "prefill_ms_p50": round(statistics.median(r["prefill"] for r in rows), 1),
+                "forward_ms_per_token": round(sum(r["forward"] for r in rows) / tokens, 3),
+                "mask_ms_per_token": round(sum(r["mask"] for r in rows) / tokens, 3),
+                "decoded_tokens_mean": round(tokens / max(1, len(rows)), 1),
+                "analysis_ms_p50": round(statistics.median(r["total"] - r["prefill"] - r["forward"] - r["mask"]
+                                                           for r in rows), 1)}
+
+    a, b = figures(today_requests(today_dir)), figures(today_requests(cand_dir))
+    return {"today": a, "candidate": b,
+            "prefill_ratio": round(b["prefill_ms_p50"] / a["prefill_ms_p50"], 3),
+            "forward_per_token_ratio": round(b["forward_ms_per_token"] / a["forward_ms_per_token"], 3)}
+
+
 def prompt_tokens(seq_len: int) -> int:
     """The prompt length a just-opened request of a window-``seq_len`` model has (the engine's
     budget: the window less the longest completion, at most ``model.contextTokens``)."""
@@ -392,6 +433,9 @@ def run_study(candidates: list[dict], work: Path, rounds: int = 3, prompts=(400,
                "prefill_dtype": rs[0]["prefill_dtype"],
                "step_ms": _reduce([statistics.median(x["step_ms"]) for x in rs]),
                "step_evicted_ms": _reduce([statistics.median(x["step_evicted_ms"]) for x in rs]),
+               "step_cpu_ms": _reduce([statistics.median(x["step_cpu_ms"]) for x in rs]),
+               "prompt_cpu_ms": {n: _reduce([statistics.median(x["prompt_cpu_ms"][n]) for x in rs])
+                                 for n in rs[0]["prompt_cpu_ms"]},
                "verify4_ms": _reduce([statistics.median(x["verify4_ms"]) for x in rs]),
                "prompt_ms": {n: _reduce([statistics.median(x["prompt_ms"][n]) for x in rs]) for n in rs[0]["prompt_ms"]},
                "load_s": _reduce([x["load_s"] for x in rs]),
@@ -414,7 +458,10 @@ def run_study(candidates: list[dict], work: Path, rounds: int = 3, prompts=(400,
             # the prompt a just-opened request has in this window: interpolate between the measured lengths
             n = prompt_tokens(row["shape"]["seq_len"])
             row["prompt_tokens"] = n
-            row["prefill_ratio"] = round(_prompt_at(row, n) / _prompt_at(ref, prompt_tokens(ref["shape"]["seq_len"])), 3)
+            n_ref = prompt_tokens(ref["shape"]["seq_len"])
+            row["prefill_ratio"] = round(_prompt_at(row, n) / _prompt_at(ref, n_ref), 3)
+            row["prefill_cpu_ratio"] = round(_prompt_at(row, n, "prompt_cpu_ms") / _prompt_at(ref, n_ref, "prompt_cpu_ms"), 3)
+            row["step_cpu_ratio"] = round(row["step_cpu_ms"]["min"] / ref["step_cpu_ms"]["min"], 3)
             row["step_ratio"] = round(row["step_ms"]["min"] / ref["step_ms"]["min"], 3)
             row["step_evicted_ratio"] = round(row["step_evicted_ms"]["min"] / ref["step_evicted_ms"]["min"], 3)
             row["mask_ratio"] = round(row["mask_us_cached"] / ref["mask_us_cached"], 3) if masks else 1.0
@@ -422,14 +469,41 @@ def run_study(candidates: list[dict], work: Path, rounds: int = 3, prompts=(400,
             # and steps after the cache was flushed (the loop's Python in between)
             row["predicted"] = predict(rows, row["prefill_ratio"], row["step_ratio"], row["mask_ratio"])
             row["predicted_evicted"] = predict(rows, row["prefill_ratio"], row["step_evicted_ratio"], row["mask_ratio"])
+            # the same from CPU time (a busy machine stretches wall time more than CPU time)
+            row["predicted_cpu"] = predict(rows, row["prefill_cpu_ratio"], row["step_cpu_ratio"], row["mask_ratio"])
             row["within_limit"] = max(row["predicted"]["p50_ms"], row["predicted_evicted"]["p50_ms"]) <= limit
         report["limit_p50_ms"] = round(limit, 1)
     return report
 
 
-def _prompt_at(row: dict, n: int) -> float:
+def markdown_table(report: dict) -> str:
+    """The report's candidates as a Markdown table (docs/model.md): minimum over rounds (median)."""
+    def mm(v, fmt="{:.1f}"):
+        return f"{fmt.format(v['min'])} ({fmt.format(v['median'])})"
+
+    head = ("| shape (hidden × layers, heads/kv, FFN, vocab) | parameters | decode step, ms | step after a cache "
+            "flush, ms | prompt 400 / 1,000 tokens, ms | mask µs/token | predicted just-opened p50 / p95, ms | "
+            "load s, RSS MB |")
+    lines = [head, "|" + "---|" * 8]
+    for c in report["candidates"]:
+        s = c["shape"]
+        p = c.get("predicted", {})
+        pe = c.get("predicted_evicted", {})
+        pred = (f"{p['p50_ms']:.0f}–{pe['p50_ms']:.0f} / {p['p95_ms']:.0f}–{pe['p95_ms']:.0f}" if p else "—")
+        pr = c["prompt_ms"]
+        lines.append(
+            f"| {s['hidden_size']} × {s['num_layers']}, {s['num_heads']}/{s['num_kv_heads']}, "
+            f"{s['intermediate_size']}, {s['vocab_size']:,} | {c['parameters'] / 1e6:.2f} M | "
+            f"{mm(c['step_ms'], '{:.2f}')}{' (2 threads)' if c['decode_threads'] > 1 else ''} | "
+            f"{mm(c['step_evicted_ms'], '{:.2f}')} | {pr['400']['min']:.0f} / {pr['1000']['min']:.0f} | "
+            f"{c['mask_us_cached'] if c['mask_us_cached'] is not None else '—'} | {pred} | "
+            f"{c['load_s']['min']:.2f}, {c['rss_peak_mb']['min']:.0f} |")
+    return "\n".join(lines)
+
+
+def _prompt_at(row: dict, n: int, key: str = "prompt_ms") -> float:
     """Prompt ms (minimum over rounds) at ``n`` tokens, linear between the measured lengths."""
-    pts = sorted((int(k), v["min"]) for k, v in row["prompt_ms"].items())
+    pts = sorted((int(k), v["min"]) for k, v in row[key].items())
     (n0, t0), (n1, t1) = pts[0], pts[-1]
     if n1 == n0:
         return t0
@@ -448,10 +522,19 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true", help="two tiny shapes (the test)")
     ap.add_argument("--merge", default="", help="an earlier --out file: keep its rounds and add these")
     ap.add_argument("--mask-files", type=int, default=6, help="held-out files replayed for the mask per vocabulary (0: none)")
+    ap.add_argument("--table", default="", metavar="FILE", help="print an --out file's table as Markdown")
+    ap.add_argument("--check-bench", default="", metavar="DIR",
+                    help="compare a candidate's bench run DIR with --bench (today's) and print the ratios")
     ap.add_argument("--measure-one", default="", help=argparse.SUPPRESS)
     ap.add_argument("--prompt-text", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     prompts = tuple(int(x) for x in args.prompts.split(","))
+    if args.table:
+        print(markdown_table(json.loads(Path(args.table).read_text())))
+        return 0
+    if args.check_bench:
+        print(json.dumps(check_bench(Path(args.bench), Path(args.check_bench)), indent=1))
+        return 0
     if args.measure_one:
         text = Path(args.prompt_text).read_text(encoding="utf-8") if args.prompt_text else ""
         print(json.dumps(measure_one(Path(args.measure_one), prompts, args.steps, text=text)))
