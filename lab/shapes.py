@@ -399,7 +399,8 @@ def run_study(candidates: list[dict], work: Path, rounds: int = 3, prompts=(400,
     """Write the checkpoints, time them interleaved over ``rounds`` in subprocesses, measure the mask
     per vocabulary and predict each candidate's just-opened p50 from ``bench_dir`` (today's bench
     run; the first candidate is the reference). ``previous``: an earlier report of this function
-    whose rounds (``raw``) and masks are kept and added to (more rounds where the machine was busy).
+    whose rounds (``raw``) and masks are kept and added to (more rounds where the machine was busy;
+    the rounds of candidates not run now are carried into the new report's ``raw``).
     Returns the report."""
     work.mkdir(parents=True, exist_ok=True)
     dirs = {}
@@ -456,7 +457,7 @@ def run_study(candidates: list[dict], work: Path, rounds: int = 3, prompts=(400,
               "rounds": rounds, "prompts": list(prompts), "steps": steps,
               "loadavg_1min": {"min": min(loads), "median": round(statistics.median(loads), 2), "max": max(loads)},
               "masks": {str(k): v for k, v in masks.items()}, "candidates": table, "day_shape": DAY_SHAPE,
-              "raw": runs}
+              "raw": {**previous.get("raw", {}), **runs}}  # rounds of candidates not run now are carried
     rows = today_requests(bench_dir) if bench_dir else []
     if rows:
         ref = table[0]
