@@ -36,6 +36,8 @@ import time
 import traceback
 from pathlib import Path
 
+from .shapes import DAY_SHAPE
+
 REPO = Path(__file__).resolve().parent.parent
 
 # -- the day's plan: shape, budgets, limits -------------------------------------------------------
@@ -43,10 +45,10 @@ REPO = Path(__file__).resolve().parent.parent
 # The next default model's shape and run (lab.train.TrainConfig fields). A placeholder until the shape
 # study (issue 34, item 3) picks one: it must fit LIMITS in float16 (tests/test_gpu_day.py checks it).
 SHAPE = {
-    "vocab_size": 16384, "hidden_size": 512, "intermediate_size": 1376, "num_layers": 8,
-    "num_heads": 8, "num_kv_heads": 4, "seq_len": 512,
+    **DAY_SHAPE,  # the shape chosen for a 2-core CPU's latency (lab/shapes.py, docs/model.md)
     "batch_size": 128, "lr": 2e-3, "warmup_steps": 100, "steps": 1_000_000,  # the deadline ends the run
-    "eval_windows": 96,  # the shipped model's: the same held-out windows "log_every": 25, "save_every": 1_000_000_000,  # one checkpoint, at the end
+    "eval_windows": 96,  # the shipped model's: the same held-out windows
+    "log_every": 25, "save_every": 1_000_000_000,  # one checkpoint, at the end
     "bf16": True, "data_workers": 15, "tokenizer_chars": 30_000_000,
 }
 DRY_SHAPE = {  # the CPU dry run: the same code on a model of a few thousand parameters
