@@ -432,22 +432,28 @@ class Engine(DecodeLoop):
           wrote or a word it ended (``FinishReport.undefined``):
 
         each attempt bans that token at that step, with the bans of the attempts before (greedy
-        decoding repeats the tokens before it). A retry that comes out empty keeps the attempt before it.
+        decoding repeats the tokens before it). All attempts share one token budget, the first
+        ``attempt``'s ``max_tokens``: a retry decodes at most what the attempts before it left, and
+        none starts when nothing is left, so no request decodes more tokens than one attempt may
+        (docs/benchmarks.md, session 18). A retry that comes out empty keeps the attempt before it.
         The first attempt's plan and constraint spec are reused (:class:`Attempt`); the timings of
         all attempts are summed (``timings_ms``, ``decoded_tokens``), ``retries`` counts the extra
         attempts and ``retry_bans`` says why each ran. In process only: a remote backend (vLLM)
         decodes one attempt per request."""
         if attempt is None:  # a remote backend decoded it
             return result
+        budget = attempt.plan.max_tokens  # one attempt's budget, for all of them
         bans: dict[int, tuple[int, ...]] = {}
         why: list[RetryBan] = []
         while not result.cancelled and not self.remote and len(why) < self.settings.generation.retries:
             ban = result.finish.retry_ban
-            if ban is None or ban.token in bans.get(ban.step, ()):
+            left = budget - result.decoded_tokens
+            if ban is None or ban.token in bans.get(ban.step, ()) or left <= 0:
                 break
             bans = {**bans, ban.step: (*bans.get(ban.step, ()), ban.token)}
             why.append(ban)
-            again, _ = self._complete(req, Attempt(attempt.plan, attempt.spec, bans))
+            again, _ = self._complete(req, Attempt(dataclasses.replace(attempt.plan, max_tokens=left), attempt.spec,
+                                                   bans))
             again.timings_ms = {k: round(again.timings_ms.get(k, 0.0) + result.timings_ms.get(k, 0.0), 3)
                                 for k in again.timings_ms.keys() | result.timings_ms.keys()}
             again.decoded_tokens += result.decoded_tokens

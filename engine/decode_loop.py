@@ -148,7 +148,8 @@ class DecodeLoop:
         if (g.speculative and g.draft_tokens > 0 and plan.temperature <= 0 and prompt_ids is not None
                 and backend.drafts_pay):  # the backend's measured capability (engine.backends)
             dec.drafts = Drafts(g.draft_tokens, PromptLookup(list(prompt_ids)))
-        while len(dec.gen) < plan.max_tokens:
+        # the budget counts every token committed, those a step back undid too (result: this attempt's)
+        while len(dec.gen) < plan.max_tokens and result.decoded_tokens < plan.max_tokens:
             if req.cancel is not None and req.cancel.is_set():
                 result.cancelled, dec.stop = True, StopReason.CANCELLED
                 break

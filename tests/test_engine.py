@@ -287,8 +287,29 @@ def test_a_name_the_judge_blames_is_banned_at_its_step_on_a_retry(engine, monkey
     assert 1 <= result.retries <= engine.settings.generation.retries == 3 and result.text == ""
     assert len(result.retry_bans) == result.retries and result.retry_bans[0] == first.finish.retry_ban
     assert not result.trace or result.trace[0].id != first.trace[0].id  # the last attempt started otherwise
-    # the decoded tokens of every attempt are counted (the bench's tokens/s), the shown attempt's in tokens
+    # the decoded tokens of every attempt are counted (the bench's tokens/s), the shown attempt's in tokens;
+    # all of them within one attempt's budget
     assert result.decoded_tokens >= first.decoded_tokens + result.tokens and first.decoded_tokens >= first.tokens > 0
+    assert result.decoded_tokens <= 24
+
+
+E16 = "for a in range(5):\n    █\n    if a == 2:\n        break\n"  # /work/shared/cases/lsp-edge-cases.md
+
+
+def test_the_retries_share_one_attempts_token_budget(engine):
+    """Issue #33 item 3: no request decodes more tokens over all its attempts than one attempt's
+    ``max_tokens``. E16's empty loop body is refused three times (``if a == 2:`` repeating the line
+    below, ``return a`` outside a function, a docstring that loops) before ``i = 0``: 40 tokens in
+    four attempts, so with a budget of 24 the retries decoded 40 before; now the last retry gets
+    what is left."""
+    prefix, suffix = E16.split("█")
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=24))
+    assert result.retries >= 1 and result.decoded_tokens <= 24, (result.retries, result.decoded_tokens)
+    assert [b.reason for b in result.retry_bans] == ["refused-in-valid-code"] * result.retries
+    # with the budget the LSP tests give a multi-line completion (64), the retries still find a text
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=64))
+    assert result.text.strip() and result.decoded_tokens <= 64
+    ast.parse(prefix + result.text + suffix)
 
 
 @pytest.mark.parametrize("constraints", [True, False])
