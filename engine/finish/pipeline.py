@@ -98,8 +98,8 @@ def token_ends(st: Finishing, sur: Surroundings) -> None:
         st.word = word_end(sur.prefix, text)  # finishing the half-typed word is a place to end
         st.strings = string_spans(st.decoded)
         kept = [e for e in whole if e == st.word or not cuts_expression(st.decoded, e, st.strings)]
-        if whole and whole[-1] < len(text) or not whole and text:
-            st.cut("whole-word", text[: whole[-1]] if whole else "", repr(text[whole[-1] if whole else 0:]))
+        last = whole[-1] if whole else 0
+        st.cut("whole-word", text[:last], repr(text[last:]))
         st.cut("mid-expression", text[: kept[-1]] if kept else "")
         stripped = no_dangling_indent(st.text, sur.multiline)
         if stripped != st.text:
