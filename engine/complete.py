@@ -465,10 +465,11 @@ class Engine(DecodeLoop):
             result = again
         return result
 
-    def _complete(self, req: CompletionRequest, attempt: Attempt | None = None) -> tuple[Completion, Attempt]:
+    def _complete(self, req: CompletionRequest, attempt: Attempt | None = None
+                  ) -> tuple[Completion, Attempt | None]:
         """One attempt at ``req``: a fresh one, or ``attempt``'s plan, constraint spec and bans (a
         retry, :meth:`_retry`). Returns the completion and the attempt it decoded (its plan's
-        ``max_tokens`` what fitted in the model window)."""
+        ``max_tokens`` what fitted in the model window; None: a remote backend decoded it)."""
         if self.remote:
             from .remote import complete_remote
 
