@@ -122,6 +122,130 @@ class TraceStep:
         return {k: v for k, v in out.items() if v is not None}
 
 
+@dataclass(frozen=True)
+class Cut:
+    """One stage of finishing cutting the text back (``FinishReport.cuts``): the ``rule`` that cut it
+    (:data:`CUT_RULES`), the code points ``kept`` of the ``of`` it had before, and a ``detail`` for a
+    reader (the verdict, the names blamed, what the glue or the expression was; "" when none)."""
+
+    rule: str
+    kept: int
+    of: int
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return {"rule": self.rule, "kept": self.kept, "of": self.of, "detail": self.detail}
+
+
+# the rules that cut a text, in the order the stages of engine.finish.pipeline run them
+CUT_RULES = (
+    "line",               # shape: a single-line completion ends at its first line break
+    "suffix-overlap",     # shape: the tail the cursor's line already has after the cursor
+    "block",              # shape: a multi-line completion ends where it leaves its block
+    "suffix-repeat",      # shape: ... or where it repeats the line below the cursor (R6)
+    "copies-line-above",  # shape: the cursor's line would copy the line above it (nothing is kept)
+    "lexer-stop",         # the last point where the lexer and the monitors may stop
+    "whole-word",         # an end that would fuse with the word after the cursor (R12)
+    "mid-expression",     # an end inside an expression the model went on writing
+    "repeated-argument",  # an argument the call at the cursor was already passed
+    "closing",            # a shorter text closed with its missing slots (the safe continuation)
+    "validation",         # the longest prefix that compiles in the document
+    "line-fix",           # a shorter text whose line a fix finishes
+    "monitors",           # the monitors' last word on the final text (names must exist, the block header)
+    "undefined-name",     # pyflakes' names judge
+    "whole-primary",      # a text cut inside an expression, a lone name or a header without its body
+)
+
+
+@dataclass(frozen=True)
+class LineFix:
+    """The line finished for the editor (``FinishReport.line_fix``): the first ``kept_pieces``
+    token pieces of ``of`` kept, and ``appended`` (closing brackets, a quote, a block opener's ``:``)."""
+
+    kept_pieces: int
+    of: int
+    appended: str
+
+    def as_dict(self) -> dict:
+        return {"kept_pieces": self.kept_pieces, "of": self.of, "appended": self.appended}
+
+
+@dataclass(frozen=True)
+class Undefined:
+    """pyflakes' names judge blamed the text (``FinishReport.undefined``): the ``names``, the judge's
+    ``rules`` (:mod:`engine.monitors.names_judge`) and ``at``, the code-point offset in the text
+    before the cut where a retry should decide otherwise (the blamed name's start, the word's end
+    or the ``)`` of a def header; 0 when nothing was kept)."""
+
+    names: tuple[str, ...]
+    rules: tuple[int, ...]
+    at: int
+
+    def as_dict(self) -> dict:
+        return {"names": list(self.names), "rules": list(self.rules), "at": self.at}
+
+
+RETRY_REASONS = ("undefined-name", "fuse", "refused-in-valid-code")
+
+
+@dataclass(frozen=True)
+class RetryBan:
+    """What a retry of the attempt bans and why (``FinishReport.retry_ban``): token id ``token`` at
+    decoding step ``step`` (0-based, healed steps included), because of ``reason``
+    (:data:`RETRY_REASONS`: the names judge blamed what that token began, the fuse chose it, or the
+    text it began was refused in a region that compiles)."""
+
+    step: int
+    token: int
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"step": self.step, "token": self.token, "reason": self.reason}
+
+
+@dataclass
+class FinishReport:
+    """Why the decoded text became the completion's text (:func:`engine.finish.finish`), one field
+    per stage; what the retry rule (:meth:`engine.complete.Engine._retry`), ``explain`` and the bench
+    read.
+
+    ``cuts``: every :class:`Cut`, in stage order; ``word_only``: the word being typed shown alone
+    (the model went on calling it or reading from it); ``closing``: the safe continuation
+    appended (the missing policy keywords and closers: ``timeout=10)``; "" none); ``calls``: the
+    argument slots of the calls as inserted (:meth:`engine.monitors.slots.Call.describe`; None:
+    the monitors did not judge it); ``validation``: the verdict (``ok`` | ``truncated`` |
+    ``rejected`` | ``repaired`` (a fix appended) | ``skipped``); ``replace_suffix``: code points
+    of the ``\\n``-normalised suffix the text replaces (auto-closed characters it typed itself);
+    ``line_fix``: the line finished (:class:`LineFix`); ``undefined``: the names judge's blame
+    (:class:`Undefined`); ``refused_in_valid_code``: the text was refused whole in a region that
+    compiles (None: not asked: something was kept, or nothing was decoded); ``retry_ban``: what a
+    retry bans (:class:`RetryBan`; None: no retry is wanted)."""
+
+    cuts: list[Cut] = field(default_factory=list)
+    word_only: bool = False
+    closing: str = ""
+    calls: list[dict] | None = None
+    validation: str = "skipped"
+    replace_suffix: int = 0
+    line_fix: LineFix | None = None
+    undefined: Undefined | None = None
+    refused_in_valid_code: bool | None = None
+    retry_ban: RetryBan | None = None
+
+    def rules(self) -> list[str]:
+        """The rules that cut the text, in order (:data:`CUT_RULES`)."""
+        return [c.rule for c in self.cuts]
+
+    def as_dict(self) -> dict:
+        """JSON-ready, snake_case keys (``explain``'s and ``complete --json``'s ``finish``)."""
+        return {"cuts": [c.as_dict() for c in self.cuts], "word_only": self.word_only, "closing": self.closing,
+                "calls": self.calls, "validation": self.validation, "replace_suffix": self.replace_suffix,
+                "line_fix": self.line_fix.as_dict() if self.line_fix is not None else None,
+                "undefined": self.undefined.as_dict() if self.undefined is not None else None,
+                "refused_in_valid_code": self.refused_in_valid_code,
+                "retry_ban": self.retry_ban.as_dict() if self.retry_ban is not None else None}
+
+
 @dataclass
 class CompletionRequest:
     """One completion at a cursor.
@@ -225,11 +349,16 @@ class Completion:
     reused_tokens: int = 0  # KV-cache prefix tokens reused from the previous request
     fuses: int = 0
     retries: int = 0  # extra attempts after an empty or names-judged one (Engine._retry; timings_ms covers them all)
-    validation: str = ""  # "ok" | "truncated" | "rejected" | "repaired" (a fix appended) | "skipped"
+    # why each retry ran: the ban that started it, in order (the shown attempt obeys them all; len == retries)
+    retry_bans: list[RetryBan] = field(default_factory=list)
+    validation: str = ""  # the shown text's verdict: "ok" | "truncated" | "rejected" | "repaired" | "skipped"
+    finish: FinishReport = field(default_factory=FinishReport)  # why the decoded text became this text (engine.finish)
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: list[TraceStep] = field(default_factory=list)
     fingerprint: dict = field(default_factory=dict)  # engine.fingerprint.Fingerprint.as_dict() (constrained runs)
-    semantics: dict = field(default_factory=dict)  # slot state before/after, member access, refusals, fuse events
+    # the monitors at the cursor (engine.monitors.setup.describe: calls, member access, names, refusals) and the
+    # decode loop's fuse events; what finishing did is in ``finish``
+    semantics: dict = field(default_factory=dict)
     context: dict = field(default_factory=dict)  # the project-context cache: ids counted per scope, steps it mixed in
     typed_through: int = 0  # > 0: the rest of a recent completion the user typed this many characters of (no decoding)
     prefetched: bool = False  # decoded between keystrokes, before the request at its position came (see prefetch)

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-from .api import Completion, CompletionRequest, ModelInfo, StopReason
+from .api import Completion, CompletionRequest, FinishReport, ModelInfo, RetryBan, StopReason, TraceStep
 from .decode_loop import (  # noqa: F401 - MAX_BACKTRACKS, Choice, Decoding, choose_token: public here too
     MAX_BACKTRACKS,
     Choice,
@@ -26,7 +26,7 @@ from .decode_loop import (  # noqa: F401 - MAX_BACKTRACKS, Choice, Decoding, cho
     choose_token,
 )
 from .errors import ModelError
-from .finish import finish, for_editor
+from .finish import Surroundings, finish, for_editor
 from .fsm import (
     MaskMemo,
     TokenIndex,
@@ -67,6 +67,47 @@ def choose_template(lm, setting: str):
         return detect_template(vocab, "auto", lm.fim_tokens), "metadata" if lm.fim_tokens else "tokenizer"
     except ModelError as exc:
         raise ModelError(f"model {lm.name}: {exc}") from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One decode of a request: its ``plan`` (the token budget ``max_tokens`` included), the
+    :class:`engine.spec.ConstraintSpec` it obeyed (None unconstrained) and the token ids it
+    ``bans`` at each step (0-based step -> ids). A retry is the first attempt's plan and spec (no
+    second fingerprint, jedi query or document scan) with what is left of its budget and one more
+    ban (:meth:`Engine._retry`)."""
+
+    plan: Plan
+    spec: ConstraintSpec | None
+    bans: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+
+
+def blamed_token(report: FinishReport, dec: Decoding, heal: str = "") -> RetryBan | None:
+    """The decoded token that led to the name the names judge blamed (``report.undefined``, whose
+    ``at`` is an offset in the text without the healed ``heal``): the first token ending past it,
+    which a retry bans at its step. None when nothing was blamed or no decoded token ends there."""
+    if report.undefined is None:
+        return None
+    at = report.undefined.at + len(heal)
+    step = next((k for k, end in enumerate(dec.ends) if end > at), None)
+    if step is None or step >= len(dec.gen):
+        return None
+    return RetryBan(step, dec.gen[step], "undefined-name")
+
+
+def retry_ban(text: str, trace: list[TraceStep], report: FinishReport) -> RetryBan | None:
+    """What a retry of an attempt that shows ``text`` bans, when the names judge blamed nothing:
+    the first token past a healed word (``trace``: the attempt's steps), when nothing is shown and
+    that token was the fuse's choice or began a text refused in a region that compiles
+    (``report.refused_in_valid_code``). None: no retry is wanted."""
+    k = next((i for i, step in enumerate(trace) if not step.heal), len(trace))  # past a healed word
+    if text or k >= len(trace) or trace[k].id is None:
+        return None
+    if trace[k].fuse is not None:
+        return RetryBan(k, trace[k].id, "fuse")
+    if report.refused_in_valid_code:
+        return RetryBan(k, trace[k].id, "refused-in-valid-code")
+    return None
 
 
 class Engine(DecodeLoop):
@@ -322,7 +363,7 @@ class Engine(DecodeLoop):
                 return Completion(text=rest, replace_suffix=old.replace_suffix, multiline=old.multiline,
                                   stop_reason=old.stop_reason, validation=old.validation,
                                   typed_through=old.typed_through + len(typed), fingerprint=old.fingerprint,
-                                  semantics=old.semantics, prefetched=old.prefetched)
+                                  semantics=old.semantics, finish=old.finish, prefetched=old.prefetched)
         return None
 
     def ready_answer(self, req: CompletionRequest) -> Completion | None:
@@ -382,8 +423,7 @@ class Engine(DecodeLoop):
                     req.on_token(reuse.text)
                 return reuse
             try:
-                result = self._complete(req)
-                result = self._retry(req, result)
+                result = self._retry(req, *self._complete(req))
                 result.prefetched = req.prefetch
                 if not result.cancelled:
                     self._recent = [*self._recent[-(self.RECENT - 1):],
@@ -399,80 +439,74 @@ class Engine(DecodeLoop):
                                      "device \"cpu\"") from exc
                 raise
 
-    def _retry(self, req: CompletionRequest, result: Completion) -> Completion:
-        """Decode again, up to ``generation.retries`` times, when a constrained attempt
+    def _retry(self, req: CompletionRequest, result: Completion, attempt: Attempt | None) -> Completion:
+        """Decode again, up to ``generation.retries`` times, while the attempt shown asks for it
+        (``result.finish.retry_ban``, :func:`retry_ban`): it
 
         * came out empty although it decoded code, in a region that compiles as it is: finishing
           refused it (CPython's ``'return' outside function``, a first line that repeats the line
-          below the cursor, a loop; ``semantics["refused_in_valid_code"]``; in a region the user is
+          below the cursor, a loop; ``FinishReport.refused_in_valid_code``; in a region the user is
           still editing, validation cannot tell a better text, so no retry), or its first token was
           the fuse's choice (the model wanted a token the constraints forbid), or
         * was cut back by pyflakes' names judge (:mod:`engine.monitors.names_judge`) for a name it
-          wrote or a word it ended (``semantics["undefined"]["ban"]``: the step and token that led there):
+          wrote or a word it ended (``FinishReport.undefined``):
 
         each attempt bans that token at that step, with the bans of the attempts before (greedy
-        decoding repeats the tokens before it). A retry that comes out empty keeps the attempt before
-        it. The first attempt's plan and constraint spec are reused; the timings of all attempts are
-        summed (``timings_ms``, ``decoded_tokens``) and ``retries`` counts the extra attempts. In process only: a remote
-        backend (vLLM) decodes one attempt per request."""
-        bans: dict[int, list[int]] = {}
-        prior = self._attempt  # the first attempt's plan and spec: a retry reuses them (no jedi, no scan)
-        tries = 0
-        while not result.cancelled and not self.remote and tries < self.settings.generation.retries \
-                and (req.deadline is None or time.perf_counter() < req.deadline):
-            ban = self._retry_ban(result)
-            if ban is None or ban[1] in bans.get(ban[0], ()):
+        decoding repeats the tokens before it). All attempts share one token budget, the first
+        ``attempt``'s ``max_tokens``: a retry decodes at most what the attempts before it left, and
+        none starts when nothing is left, so no request decodes more tokens than one attempt may
+        (docs/benchmarks.md, session 18). A retry that comes out empty keeps the attempt before it.
+        The first attempt's plan and constraint spec are reused (:class:`Attempt`); the timings of
+        all attempts are summed (``timings_ms``, ``decoded_tokens``), ``retries`` counts the extra
+        attempts and ``retry_bans`` says why each ran. In process only: a remote backend (vLLM)
+        decodes one attempt per request."""
+        if attempt is None:  # a remote backend decoded it
+            return result
+        budget = attempt.plan.max_tokens  # one attempt's budget, for all of them
+        bans: dict[int, tuple[int, ...]] = {}
+        why: list[RetryBan] = []
+        while not result.cancelled and not self.remote and len(why) < self.settings.generation.retries \
+                and (req.deadline is None or time.perf_counter() < req.deadline):  # keeping pace: no retry past it
+            ban = result.finish.retry_ban
+            left = budget - result.decoded_tokens
+            if ban is None or ban.token in bans.get(ban.step, ()) or left <= 0:
                 break
-            bans.setdefault(ban[0], []).append(ban[1])
-            tries += 1
-            again = self._complete(req, bans=bans, prior=prior)
+            bans = {**bans, ban.step: (*bans.get(ban.step, ()), ban.token)}
+            why.append(ban)
+            again, _ = self._complete(req, Attempt(dataclasses.replace(attempt.plan, max_tokens=left), attempt.spec,
+                                                   bans))
             again.timings_ms = {k: round(again.timings_ms.get(k, 0.0) + result.timings_ms.get(k, 0.0), 3)
                                 for k in again.timings_ms.keys() | result.timings_ms.keys()}
             again.decoded_tokens += result.decoded_tokens
             if result.text and not again.text:
-                result.timings_ms, result.retries = again.timings_ms, tries
+                result.timings_ms, result.retries, result.retry_bans = again.timings_ms, len(why), list(why)
                 result.decoded_tokens = again.decoded_tokens
                 break
-            again.retries = tries
+            again.retries, again.retry_bans = len(why), list(why)
             result = again
         return result
 
-    @staticmethod
-    def _retry_ban(result: Completion) -> tuple[int, int] | None:
-        """``(step, token id)`` a retry of ``result`` bans (see :meth:`_retry`), or None."""
-        ban = (result.semantics.get("undefined") or {}).get("ban")
-        if ban:
-            return ban[0], ban[1]
-        trace = result.trace
-        k = next((i for i, step in enumerate(trace) if not step.heal), len(trace))  # past a healed word
-        if not result.text and k < len(trace) and trace[k].id is not None and (
-                trace[k].fuse is not None or result.semantics.get("refused_in_valid_code")):
-            return k, trace[k].id
-        return None
-
-    _attempt: tuple | None = None  # (plan, spec) of the last attempt (see _retry)
-
-    def _complete(self, req: CompletionRequest, bans: dict[int, list[int]] | None = None,
-                  prior: tuple | None = None) -> Completion:
-        """One attempt; ``bans``: step -> token ids refused there, ``prior``: the ``(plan, spec)``
-        of an earlier attempt at the same request (:meth:`_retry`)."""
+    def _complete(self, req: CompletionRequest, attempt: Attempt | None = None
+                  ) -> tuple[Completion, Attempt | None]:
+        """One attempt at ``req``: a fresh one, or ``attempt``'s plan, constraint spec and bans (a
+        retry, :meth:`_retry`). Returns the completion and the attempt it decoded (its plan's
+        ``max_tokens`` what fitted in the model window; None: a remote backend decoded it)."""
         if self.remote:
             from .remote import complete_remote
 
-            return complete_remote(self, req)
+            return complete_remote(self, req), attempt
         clock = time.perf_counter
         t0 = clock()
-        plan = prior[0] if prior is not None else plan_request(req, self.settings)  # the fingerprint is most of it
+        plan = attempt.plan if attempt is not None else plan_request(req, self.settings)  # the fingerprint is most of it
         result = Completion(text="", multiline=plan.multiline, cursor_context=plan.context.kind)
         if req.trigger_character is not None and not plan.in_code:
             result.stop_reason = StopReason.NOT_CODE  # "." typed in a comment or string: no code to complete
-            return result
+            return result, Attempt(plan, None)
         if plan.fp is not None:
             result.fingerprint = plan.fp.as_dict()
         ta = clock()
         stages = Stages(fingerprint=ta - t0)
-        start = self.constraint_start(req, plan, result, stages, prior[1] if prior is not None else None)
-        self._attempt = (plan, start.spec)
+        start = self.constraint_start(req, plan, result, stages, attempt.spec if attempt is not None else None)
         t1 = clock()
         stages.lexing = t1 - ta - stages.semantics  # the prefix lexer, FSM guide and first-token rule
         prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
@@ -481,6 +515,7 @@ class Engine(DecodeLoop):
         room = self.lm.max_positions - len(prompt.ids) - self.settings.generation.draft_tokens - 1
         if plan.max_tokens > room:
             plan = dataclasses.replace(plan, max_tokens=max(1, room))
+        attempt = Attempt(plan, start.spec, attempt.bans if attempt is not None else {})
         t2 = clock()
         logits, reused = self.kv.prefill(prompt.ids)
         t3 = clock()
@@ -490,7 +525,7 @@ class Engine(DecodeLoop):
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
-        dec = self._decode(self.kv, req, plan, start, logits, result, history, prompt.ids, bans)
+        dec = self._decode(self.kv, req, plan, start, logits, result, history, prompt.ids, attempt.bans)
         t5 = clock()
         cursor = self.surroundings(plan, start)
         t6 = clock()
@@ -501,19 +536,17 @@ class Engine(DecodeLoop):
         stages.decoded(dec, t5 - t4, (result.context.get("mix_ms", 0.0) - mixed) / 1e3 if history is not None else 0.0)
         stages.validate = t7 - t6
         result.timings_ms = stages.as_ms(total=t7 - t0)
-        return result
+        return result, attempt
 
-    def finish_for_editor(self, req: CompletionRequest, plan: Plan, start: Start, dec: Decoding, cursor, result: Completion
-                 ) -> None:
+    def finish_for_editor(self, req: CompletionRequest, plan: Plan, start: Start, dec: Decoding,
+                          cursor: Surroundings, result: Completion) -> None:
         """The decoded draft finished for the editor (:func:`engine.finish.finish`, the editor's
-        shape, the confidence gate, line endings) into ``result``'s text, range and stop reason."""
-        text = finish(self._draft(dec, start), cursor, result)
-        undefined = result.semantics.get("undefined")
-        if undefined is not None:  # the token that led to the blamed name: what a retry bans
-            at = undefined.pop("ban_at") + len(start.heal)
-            step = next((k for k, end in enumerate(dec.ends) if end > at), None)
-            if step is not None and step < len(dec.gen):
-                undefined["ban"] = [step, dec.gen[step]]
+        shape, the confidence gate, line endings) into ``result``'s text, range and stop reason;
+        ``result.finish`` is the finishing report, with what a retry would ban (:func:`retry_ban`)."""
+        draft = self._draft(dec, start)
+        draft.cancelled = result.cancelled
+        text, report = finish(draft, cursor)
+        result.finish, result.validation, result.replace_suffix = report, report.validation, report.replace_suffix
         shaped = for_editor(text, plan.context, plan.line_suffix, plan.single_line)
         if shaped != text:
             text, result.replace_suffix = shaped, 0
@@ -528,6 +561,7 @@ class Engine(DecodeLoop):
         result.text = text
         result.replace_suffix = original_length(req.suffix, result.replace_suffix)  # in the request's code points
         result.stop_reason = stop
+        report.retry_ban = blamed_token(report, dec, start.heal) or retry_ban(text, result.trace, report)
 
     # -- before decoding ----------------------------------------------------------------------------
 

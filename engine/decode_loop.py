@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from . import lexing
 from .api import Completion, CompletionRequest, StopReason, TraceStep
-from .finish import Cursor, Draft, leading_break, mid_expression, multiline_cut
+from .finish import Draft, Surroundings, leading_break, mid_expression, multiline_cut
 from .lexing.scanner import string_spans
 from .fsm import PythonGuide
 from .monitors.filter import fuse_action
@@ -149,7 +149,8 @@ class DecodeLoop:
         if (g.speculative and g.draft_tokens > 0 and plan.temperature <= 0 and prompt_ids is not None
                 and backend.drafts_pay):  # the backend's measured capability (engine.backends)
             dec.drafts = Drafts(g.draft_tokens, PromptLookup(list(prompt_ids)))
-        while len(dec.gen) < plan.max_tokens:
+        # the budget counts every token committed, those a step back undid too (result: this attempt's)
+        while len(dec.gen) < plan.max_tokens and result.decoded_tokens < plan.max_tokens:
             if req.cancel is not None and req.cancel.is_set():
                 result.cancelled, dec.stop = True, StopReason.CANCELLED
                 break
@@ -474,13 +475,13 @@ class DecodeLoop:
             accepting = [0] + [e - len(heal) for e in accepting if e > len(heal)]
         return Draft(text, ends, accepting if start.guide is not None else None, decoded)
 
-    def surroundings(self, plan: Plan, start: Start) -> Cursor:
+    def surroundings(self, plan: Plan, start: Start) -> Surroundings:
         """The surroundings :func:`engine.finish.finish` judges the text in."""
         validate = self.settings.constraints.validate
         top_level = None
         if validate:
             self.prefix_lexer.lex(plan.prefix, start.style)
             top_level = self.prefix_lexer.top_level
-        return Cursor(prefix=plan.prefix, suffix=plan.suffix, cursor_line=plan.cursor_line,
+        return Surroundings(prefix=plan.prefix, suffix=plan.suffix, cursor_line=plan.cursor_line,
                       multiline=plan.multiline, wrap_ok=plan.wrap_ok, heal=start.heal, lex=start.lex,
                       start=start.sem_start, top_level=top_level, validate=validate)

@@ -66,7 +66,8 @@ class GenerationSettings:
     max_tokens_multiline: int = _at_most(96, 1 << 16)
     temperature: float = 0.0  # 0: greedy
     # decode again (at most this many times) when a constrained completion decoded code that finishing
-    # refused or pyflakes blamed, banning the token that led there (engine.complete.Engine._retry)
+    # refused or pyflakes blamed, banning the token that led there (engine.complete.Engine._retry); all
+    # attempts share one attempt's token budget (max_tokens / max_tokens_multiline)
     retries: int = _at_most(3, 1000)
     top_p: float = 0.95
     multiline: str = "auto"  # "auto" | "always" | "never"

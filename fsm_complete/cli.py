@@ -193,9 +193,13 @@ def answer(engine, args, text: str, offset: int, path: str | None) -> tuple[int,
         "multiline": result.multiline,
         "stop_reason": result.stop_reason,
         "validation": result.validation,
+        "finish": result.finish.as_dict(),  # engine.api.FinishReport: the cuts and the rule behind each, retry ban
+        "retries": result.retries,
+        "retry_bans": [b.as_dict() for b in result.retry_bans],
         "confidence": result.confidence,
         "withheld": result.withheld,
         "tokens": result.tokens,
+        "decoded_tokens": result.decoded_tokens,  # every attempt's (a retry's too), within one attempt's budget
         "prompt_tokens": result.prompt_tokens,
         "reused_tokens": result.reused_tokens,
         "fuses": result.fuses,

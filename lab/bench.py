@@ -60,6 +60,14 @@ def _pct(values, q) -> float:
     return round(float(np.percentile(values, q)), 3) if len(values) else float("nan")
 
 
+def _counts(names) -> dict[str, int]:
+    """How often each name occurs, most frequent first."""
+    out: dict[str, int] = {}
+    for name in names:
+        out[name] = out.get(name, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def summarize(rows: list[dict]) -> dict:
     def block(sub: list[dict]) -> dict:
         valid_base = [r for r in sub if r["parses"]]
@@ -84,6 +92,13 @@ def summarize(rows: list[dict]) -> dict:
             # decode time outside the model's forward passes (sampling, masks, monitors, fuse), per token
             "overhead_ms_per_token": round((decode_s * 1e3 - sum(r.get("forward_ms", 0.0) for r in sub)) / tokens, 3)
             if tokens else 0.0,
+            # every token decoded per request, all attempts (a request never decodes more than one attempt's budget)
+            "decoded_tokens_mean": round(tokens / len(sub), 2) if sub else 0.0,
+            "decoded_tokens_p95": _pct([r.get("decoded_tokens", r["tokens"]) for r in sub], 95),
+            "retried": round(sum(bool(r.get("retries")) for r in sub) / max(1, len(sub)), 4),
+            # the rules that cut the shown texts and the reasons of the retries, counted over the requests
+            "cut_rules": _counts(rule for r in sub for rule in dict.fromkeys(r.get("cuts", []))),
+            "retry_reasons": _counts(reason for r in sub for reason in r.get("retry_reasons", [])),
             "latency_ms_p50": _pct([r["latency_ms"] for r in sub], 50),
             "latency_ms_p95": _pct([r["latency_ms"] for r in sub], 95),
             "warm_latency_ms_p50": _pct([r["warm_ms"] for r in warm], 50),
@@ -159,6 +174,11 @@ def completion_row(task: Task, res) -> dict:
         "mask_us": [t.mask_us for t in res.trace if t.mask_us is not None],
         "tokens": res.tokens,
         "decoded_tokens": getattr(res, "decoded_tokens", res.tokens),
+        # why the text was cut and retried (engine.api.FinishReport, the one record explain reads too)
+        "cuts": [c.rule for c in res.finish.cuts] if hasattr(res, "finish") else [],
+        "validation": getattr(res, "validation", ""),
+        "retries": getattr(res, "retries", 0),
+        "retry_reasons": [b.reason for b in getattr(res, "retry_bans", [])],
         "decode_ms": res.timings_ms.get("decode", 0.0),
         "forward_ms": res.timings_ms.get("forward", 0.0),
         "latency_ms": res.timings_ms.get("total", 0.0),
@@ -217,7 +237,9 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
         "|---|---|---|",
     ]
     for key in ("syntax_valid", "exact_match", "edit_similarity", "empty", "fuses", "mask_us_p50", "mask_us_p95",
-                "tokens_per_s", "kept_tokens_per_s", "overhead_ms_per_token", "latency_ms_p50", "latency_ms_p95", "warm_latency_ms_p50", "warm_latency_ms_p95", "warm_typed_through",
+                "tokens_per_s", "kept_tokens_per_s", "overhead_ms_per_token", "decoded_tokens_mean", "decoded_tokens_p95",
+                "retried", "latency_ms_p50", "latency_ms_p95", "warm_latency_ms_p50", "warm_latency_ms_p95",
+                "warm_typed_through",
                 "warm_decoded_latency_ms_p50", "draft_acceptance", "drafted_per_token", "peak_rss_mb"):
         lines.append(f"| {key} | {c.get(key)} | {u.get(key)} |")
     for key in ("lsp_latency_ms_p50", "lsp_latency_ms_p95", "lsp_warm_latency_ms_p50", "lsp_warm_latency_ms_p95"):
@@ -238,6 +260,9 @@ def write_report(report: dict, rows: dict[str, list[dict]], out: Path) -> None:
     for k, ck, uk in [("all", c, u)] + [(k, c["by_kind"][k], u["by_kind"][k]) for k in c["by_kind"]]:
         lines.append(f"| {k} | {ck['shown']} | {uk['shown']} | {ck['useful']} | {uk['useful']} | {ck['garbage']} | "
                      f"{uk['garbage']} | {ck['undefined_names']} | {uk['undefined_names']} |")
+    lines += ["", "Why texts were cut and retried (requests per rule; engine.api.FinishReport): constrained "
+              f"{c.get('cut_rules')}, retries {c.get('retry_reasons')}; unconstrained {u.get('cut_rules')}, "
+              f"retries {u.get('retry_reasons')}"]
     if report.get("gate_curve"):
         lines += ["", "Confidence gate (constrained): shown rate and useful precision per threshold "
                   "(geometric mean of the token probabilities):", "", "| threshold | shown | precision |", "|---|---|---|"]

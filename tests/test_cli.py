@@ -26,6 +26,10 @@ def test_complete_from_stdin_with_json():
     assert item["range"]["start"] == {"line": 8, "column": 4}
     assert set(item["timings_ms"]) >= {"prompt", "prefill", "decode", "validate", "total"}
     assert len(item["trace"]) == item["tokens"]
+    # the finishing report (engine.api.FinishReport) and the retries, within one attempt's token budget (48)
+    assert item["finish"]["validation"] == item["validation"] and isinstance(item["finish"]["cuts"], list)
+    assert all(set(cut) == {"rule", "kept", "of", "detail"} for cut in item["finish"]["cuts"])
+    assert item["retries"] == len(item["retry_bans"]) and item["tokens"] <= item["decoded_tokens"] <= 48
     lines = src.split("\n")
     lines[7] = lines[7][:3] + item["text"] + lines[7][3:]
     ast.parse("\n".join(lines)) if item["text"] else None

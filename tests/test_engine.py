@@ -246,40 +246,70 @@ def test_a_line_before_an_indented_block_opens_one_and_explain_says_why(engine):
 def test_a_retry_reuses_the_first_attempts_plan_and_spec(engine, monkeypatch):
     """``_retry`` decodes again with the first attempt's plan and constraint spec (no second
     fingerprint, jedi query or document scan); the attempt is the one a fresh start would decode."""
+    import dataclasses
+
+    from engine.complete import Attempt
+    from engine.plan import plan_request
+
     req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return os.path.", suffix="\n", max_tokens=6)
-    first = engine._complete(req)
-    banned = [first.trace[0].id]
-    fresh = engine._complete(req, bans={0: banned})
-    prior = engine._attempt
+    first, attempt = engine._complete(req)
+    bans = {0: (first.trace[0].id,)}
+    fresh, _ = engine._complete(req, Attempt(plan_request(req, engine.settings), None, bans))  # a new spec
     calls = []
     real = engine.constraint_spec
     monkeypatch.setattr(engine, "constraint_spec", lambda *a, **k: calls.append(1) or real(*a, **k))
-    again = engine._complete(req, bans={0: banned}, prior=prior)
+    again, _ = engine._complete(req, dataclasses.replace(attempt, bans=bans))
     assert not calls and again.timings_ms["semantics"] == 0
     assert again.text == fresh.text and [s.id for s in again.trace] == [s.id for s in fresh.trace]
-    assert again.trace[0].id != banned[0]
+    assert again.trace[0].id != bans[0][0]
 
 
 def test_a_name_the_judge_blames_is_banned_at_its_step_on_a_retry(engine, monkeypatch):
     """A completion cut back by pyflakes' names judge records the step and token that led to the
-    blamed name (``semantics["undefined"]["ban"]``); each retry bans that token at that step on
-    top of the bans before. Here the judge blames every text at its first character, so every
-    attempt is withheld and each one starts with another token."""
-    import engine.finish as finish_module
+    blamed name (``finish.retry_ban``); each retry bans that token at that step on top of the bans
+    before. Here the judge blames every text at its first character, so every attempt is withheld
+    and each one starts with another token."""
+    import engine.finish.cuts as cuts
+    import engine.finish.judges as judges
+    from engine.api import RetryBan
     from engine.monitors.names_judge import Blame
 
-    monkeypatch.setattr(finish_module, "blamed", lambda *a, **k: [Blame("zz", 0, 1)])
-    req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return ", suffix="\n", max_tokens=8)
-    first = engine._complete(req)
-    assert first.text == "" and first.semantics["undefined"]["ban"] == [0, first.trace[0].id]
-    result = engine._retry(req, first)
-    # every attempt the judge blamed is retried, up to the setting; an attempt that ends without a
-    # text to blame (the token budget ran out mid-expression: nothing to show) ends the retries
-    # (8 tokens: with 6 the first attempt was `os.path.join(`, which is no text to show at all)
-    assert 2 <= result.retries <= engine.settings.generation.retries == 3 and result.text == ""
+    for module in (judges, cuts):
+        monkeypatch.setattr(module, "blamed", lambda *a, **k: [Blame("zz", 0, 1)])
+    req = CompletionRequest(prefix="import os\n\ndef size(path):\n    return ", suffix="\n", max_tokens=24)
+    first, attempt = engine._complete(req)
+    assert first.text == "" and first.finish.retry_ban == RetryBan(0, first.trace[0].id, "undefined-name")
+    assert first.finish.undefined.names == ("zz",) and "undefined-name" in first.finish.rules()
+    result = engine._retry(req, first, attempt)
+    # every attempt the judge blamed is retried, up to the setting and while the request's token budget
+    # lasts; an attempt that ends without a text to blame (the budget ran out mid-expression: nothing
+    # to show) ends the retries
+    assert 1 <= result.retries <= engine.settings.generation.retries == 3 and result.text == ""
+    assert len(result.retry_bans) == result.retries and result.retry_bans[0] == first.finish.retry_ban
     assert not result.trace or result.trace[0].id != first.trace[0].id  # the last attempt started otherwise
-    # the decoded tokens of every attempt are counted (the bench's tokens/s), the shown attempt's in tokens
+    # the decoded tokens of every attempt are counted (the bench's tokens/s), the shown attempt's in tokens;
+    # all of them within one attempt's budget
     assert result.decoded_tokens >= first.decoded_tokens + result.tokens and first.decoded_tokens >= first.tokens > 0
+    assert result.decoded_tokens <= 24
+
+
+E16 = "for a in range(5):\n    █\n    if a == 2:\n        break\n"  # /work/shared/cases/lsp-edge-cases.md
+
+
+def test_the_retries_share_one_attempts_token_budget(engine):
+    """Issue #33 item 3: no request decodes more tokens over all its attempts than one attempt's
+    ``max_tokens``. E16's empty loop body is refused three times (``if a == 2:`` repeating the line
+    below, ``return a`` outside a function, a docstring that loops) before ``i = 0``: 40 tokens in
+    four attempts, so with a budget of 24 the retries decoded 40 before; now the last retry gets
+    what is left."""
+    prefix, suffix = E16.split("█")
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=24))
+    assert result.retries >= 1 and result.decoded_tokens <= 24, (result.retries, result.decoded_tokens)
+    assert [b.reason for b in result.retry_bans] == ["refused-in-valid-code"] * result.retries
+    # with the budget the LSP tests give a multi-line completion (64), the retries still find a text
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=64))
+    assert result.text.strip() and result.decoded_tokens <= 64
+    ast.parse(prefix + result.text + suffix)
 
 
 @pytest.mark.parametrize("constraints", [True, False])
@@ -343,15 +373,17 @@ def test_a_word_is_not_healed_when_word_characters_follow_the_cursor(engine):
 
 
 def test_a_retry_bans_the_first_token_after_a_healed_word():
-    from engine.api import Completion, TraceStep
-    from engine.complete import Engine
+    from engine.api import FinishReport, RetryBan, TraceStep
+    from engine.complete import retry_ban
 
-    result = Completion(text="")
-    result.trace = [TraceStep(id=5, text="res", heal=True), TraceStep(id=6, text="ul", heal=True),
-                    TraceStep(id=7, text="t", fuse="bias")]
-    assert Engine._retry_ban(result) == (2, 7)
-    result.trace = [TraceStep(id=5, text="result", heal=True)]
-    assert Engine._retry_ban(result) is None
+    trace = [TraceStep(id=5, text="res", heal=True), TraceStep(id=6, text="ul", heal=True),
+             TraceStep(id=7, text="t", fuse="bias")]
+    assert retry_ban("", trace, FinishReport()) == RetryBan(2, 7, "fuse")
+    assert retry_ban("t", trace, FinishReport()) is None  # something is shown: no retry
+    assert retry_ban("", [TraceStep(id=5, text="result", heal=True)], FinishReport()) is None
+    plain = [TraceStep(id=5, text="res", heal=True), TraceStep(id=8, text="x")]
+    assert retry_ban("", plain, FinishReport()) is None
+    assert retry_ban("", plain, FinishReport(refused_in_valid_code=True)) == RetryBan(1, 8, "refused-in-valid-code")
 
 
 def test_decoding_that_ends_inside_a_healed_word_shows_nothing():

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import Completion
-from engine.finish import Cursor, Draft, cut_to_shape, finish, glues, mid_expression, suffix_repeat_cut
+from engine.finish import Draft, Surroundings, cut_to_shape, finish, glues, mid_expression, suffix_repeat_cut
 from fsm_complete.cli import main
 
 REPORTS = Path("/work/shared/cases/real-reports")
@@ -83,8 +82,8 @@ def test_glues(text, suffix, fuses):
     ('label = "Not ', "e", [1], 'qual"\n', "e"),  # inside a string the word is the completion's to finish
 ])
 def test_finish_keeps_the_word_after_the_cursor_whole(prefix, text, ends, suffix, want):
-    cur = Cursor(prefix=prefix, suffix=suffix, cursor_line=prefix.rsplit("\n", 1)[-1], multiline=False, wrap_ok=False)
-    out = finish(Draft(text, ends, None), cur, Completion(text=""))
+    cur = Surroundings(prefix=prefix, suffix=suffix, cursor_line=prefix.rsplit("\n", 1)[-1], multiline=False, wrap_ok=False)
+    out, _ = finish(Draft(text, ends, None), cur)
     assert out == want
     compile(prefix + out + suffix, "<test>", "exec")
 
@@ -182,7 +181,7 @@ def test_the_engine_counts_the_brackets_open_before_the_cursors_line(engine):
 
     prefix = 'def make_user(name, age):\n    user = {\n        "name": name,\n        '
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=""))
-    assert "}" not in result.semantics.get("line_fix", {}).get("appended", "")
+    assert result.finish.line_fix is None or "}" not in result.finish.line_fix.appended
     assert not result.text.endswith("}") or result.text.count("{") >= result.text.count("}")
 
 
@@ -238,16 +237,15 @@ def test_mid_expression(decoded, k, splits):
 ])
 def test_a_text_cut_back_never_ends_where_a_call_was_meant(cursor_line, decoded, ends, want):
     prefix = "def f(a):\n" + cursor_line
-    cur = Cursor(prefix=prefix, suffix="\n", cursor_line=cursor_line, multiline="\n" in decoded, wrap_ok=False,
-                 validate=True)
-    result = Completion(text="")
-    assert finish(Draft(decoded, ends, None), cur, result) == want
+    cur = Surroundings(prefix=prefix, suffix="\n", cursor_line=cursor_line, multiline="\n" in decoded, wrap_ok=False,
+                       validate=True)
+    assert finish(Draft(decoded, ends, None), cur)[0] == want
 
 
 def test_a_return_is_not_cut_from_its_value():
-    cur = Cursor(prefix="def f(tag):\n    ", suffix="\n", cursor_line="    ", multiline=True, wrap_ok=False, validate=True)
+    cur = Surroundings(prefix="def f(tag):\n    ", suffix="\n", cursor_line="    ", multiline=True, wrap_ok=False, validate=True)
     # `return select_tag` calls on (`(`): not `return select_tag`, not a bare `return` either
-    assert finish(Draft("return select_tag(tag b)", [6, 13, 17, 18, 21, 23, 24], None), cur, Completion(text="")) == ""
+    assert finish(Draft("return select_tag(tag b)", [6, 13, 17, 18, 21, 23, 24], None), cur)[0] == ""
 
 
 @pytest.mark.parametrize("prefix,decoded,ends,want", [
@@ -256,9 +254,9 @@ def test_a_return_is_not_cut_from_its_value():
     ("import os\nx = o", "s.path.join(a b)", [1, 2, 6, 7, 11, 12, 13, 15, 16], "s"),  # not os.path: not the word
 ])
 def test_finishing_the_word_being_typed_is_a_place_to_end(prefix, decoded, ends, want):
-    cur = Cursor(prefix=prefix, suffix="\n", cursor_line=prefix.rsplit("\n", 1)[-1], multiline=False, wrap_ok=False,
-                 validate=True)
-    assert finish(Draft(decoded, ends, None), cur, Completion(text="")) == want
+    cur = Surroundings(prefix=prefix, suffix="\n", cursor_line=prefix.rsplit("\n", 1)[-1], multiline=False, wrap_ok=False,
+                       validate=True)
+    assert finish(Draft(decoded, ends, None), cur)[0] == want
 
 
 def test_a_cut_may_fall_between_merged_closing_brackets():
@@ -268,11 +266,10 @@ def test_a_cut_may_fall_between_merged_closing_brackets():
     assert closer_ends("f(a)b") == set()  # only between a closer and a closer, comma or colon
     # the args task of the bench: the token "())," made the call end at `ast.Store` (a class) or after the comma
     prefix = "import ast\n\n\ndef f():\n    return ast.Expr("
-    cur = Cursor(prefix=prefix, suffix=")\n", cursor_line="    return ast.Expr(", multiline=False, wrap_ok=False,
-                 validate=True)
-    result = Completion(text="")
-    out = finish(Draft('ast.Name("x", ast.Store())) if', [3, 4, 8, 10, 11, 13, 17, 18, 23, 27, 30], None), cur, result)
-    assert out + cur.suffix[result.replace_suffix:] == 'ast.Name("x", ast.Store()))\n'
+    cur = Surroundings(prefix=prefix, suffix=")\n", cursor_line="    return ast.Expr(", multiline=False, wrap_ok=False,
+                       validate=True)
+    out, report = finish(Draft('ast.Name("x", ast.Store())) if', [3, 4, 8, 10, 11, 13, 17, 18, 23, 27, 30], None), cur)
+    assert out + cur.suffix[report.replace_suffix:] == 'ast.Name("x", ast.Store()))\n'
 
 
 def test_inside_a_string_no_expression_is_cut():
@@ -291,23 +288,23 @@ def test_inside_a_string_no_expression_is_cut():
     ("x = 1\n# see", "\n", " os.", [3, 4], " os.path.join for details"),  # a comment: no attribute to finish
 ])
 def test_in_a_comment_or_string_a_cut_text_is_not_judged_as_an_expression(prefix, suffix, text, ends, decoded):
-    cur = Cursor(prefix=prefix, suffix=suffix, cursor_line=prefix.rsplit("\n", 1)[-1], multiline="\n" in decoded,
-                 wrap_ok=False, validate=True)
-    result = Completion(text="")
-    assert finish(Draft(text, ends, None, decoded), cur, result) == text
-    assert "cut_primary" not in result.semantics
+    cur = Surroundings(prefix=prefix, suffix=suffix, cursor_line=prefix.rsplit("\n", 1)[-1], multiline="\n" in decoded,
+                       wrap_ok=False, validate=True)
+    out, report = finish(Draft(text, ends, None, decoded), cur)
+    assert out == text and "whole-primary" not in report.rules()
 
 
 def test_the_word_being_typed_is_shown_alone_when_the_model_went_on_calling_it():
     # a newcomer's `print(os.path.exi`: the model wrote `sts(os.path.join(os.path.join(...` (a loop); the
     # word is kept, and nothing closes the line after it (`print(os.path.exists)` prints a function)
     prefix = 'import os\n\npath = os.path.join("a", "b")\nprint(os.path.exi'
-    cur = Cursor(prefix=prefix, suffix="", cursor_line="print(os.path.exi", multiline=False, wrap_ok=False, validate=True)
-    result = Completion(text="")
+    cur = Surroundings(prefix=prefix, suffix="", cursor_line="print(os.path.exi", multiline=False, wrap_ok=False, validate=True)
     draft = Draft("sts", [3], None, "sts(os.path.join(os.path.join(")
-    assert finish(draft, cur, result) == "sts" and result.semantics.get("word_only")
+    out, report = finish(draft, cur)
+    assert out == "sts" and report.word_only and report.validation == "skipped"
     # the model's whole call, not cut: validated as usual
-    assert finish(Draft("sts(path))", [3, 4, 8, 10], None), cur, Completion(text="")) == "sts(path))"
+    out, report = finish(Draft("sts(path))", [3, 4, 8, 10], None), cur)
+    assert out == "sts(path))" and not report.word_only and report.validation == "ok"
 
 
 @pytest.mark.parametrize("prefix,pieces,want", [
@@ -347,6 +344,6 @@ def test_a_block_cut_back_by_validation_keeps_no_dangling_indentation():
     prefix = "class T:\n    def setUp(self):\n        "
     decoded = "self.contents = []\n        self.create(a b)\n"
     ends = [4, 5, 13, 15, 18, 25, 30, 31, 38, 39, 40, 42, 43, 44]
-    cur = Cursor(prefix=prefix, suffix="\n\n    def test(self):\n        pass\n", cursor_line="        ",
-                 multiline=True, wrap_ok=False, validate=True)
-    assert finish(Draft(decoded, ends, None), cur, Completion(text="")) == "self.contents = []"
+    cur = Surroundings(prefix=prefix, suffix="\n\n    def test(self):\n        pass\n", cursor_line="        ",
+                       multiline=True, wrap_ok=False, validate=True)
+    assert finish(Draft(decoded, ends, None), cur)[0] == "self.contents = []"

@@ -278,6 +278,10 @@ async def test_explain_names_the_fingerprint_the_mode_and_the_slots(session: Ses
     (slots,) = record["slots"]
     assert slots.qualname == "requests.get" and list(slots.missing) == []
     assert "## Argument slots" in record["markdown"] and "timeout" in record["markdown"]
+    # why the text is what it is (engine.api.FinishReport), as `explain --json` has it
+    finish = record["finish"]._asdict()
+    assert finish["validation"] == record["verdict"] and "## Finishing" in record["markdown"]
+    assert record["retries"] == len(record["retry_bans"]) and record["decoded_tokens"] >= len(record["steps"]) - 1
     info = record["model_info"]._asdict()  # what was loaded, as fsmComplete/model says it (camelCase there)
     assert (info["fim_template"], info["fim_source"], info["format"]) == ("fsm-complete", "checkpoint", "safetensors")
     assert "FIM template `fsm-complete` (checkpoint)" in record["markdown"]

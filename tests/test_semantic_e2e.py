@@ -91,13 +91,13 @@ def test_each_policy_rule_fills_its_slot(engine, document, callee, keyword) -> N
         if isinstance(mode, ast.Constant) and "b" in str(mode.value):
             return
     by_position = {"Loader": 1, "encoding": 3}.get(keyword)
-    assert keyword in given or (by_position is not None and len(call.args) > by_position), (result.text, result.semantics)
+    assert keyword in given or (by_position is not None and len(call.args) > by_position), (result.text, result.finish)
 
 
 def test_binary_open_needs_no_encoding(engine) -> None:
     """PLW1514 is about text mode: in binary mode an encoding would be an error."""
     done, result = complete(engine, "def read(path):\n    return open(path, 'rb'█\n")
-    final = result.semantics.get("final") or result.semantics["calls"]
+    final = result.finish.calls or result.semantics["calls"]
     assert final[0]["missing"] == []
     assert "encoding" not in result.text
 
@@ -113,8 +113,8 @@ def test_profile_strict_http_requires_headers_and_params(engine) -> None:
 def test_profile_off_enforces_no_policy(engine) -> None:
     _, result = complete(engine, 'import requests\n\nr = requests.get("https://example.org", █\n',
                          required_arguments="off")
-    assert all(not c["missing"] for c in result.semantics.get("final") or result.semantics["calls"])
-    assert "safe_continuation" not in result.semantics
+    assert all(not c["missing"] for c in result.finish.calls or result.semantics["calls"])
+    assert result.finish.closing == ""
 
 
 def test_unresolvable_calls_are_left_alone(engine) -> None:
@@ -135,7 +135,7 @@ def test_pyproject_rules_apply_to_the_project(engine, tmp_path) -> None:
     document = "import mylib\n\nmylib.fetch('u', █\n"
     prefix, suffix = document.split("█")
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, path=str(path)))
-    (call,) = result.semantics.get("final") or result.semantics["calls"]
+    (call,) = result.finish.calls or result.semantics["calls"]
     assert call["qualname"] == "mylib.fetch" and "retries (pyproject)" in call["required"]
     assert call["keyword_names"] == ["retries", "url", "verbose"]
     assert call["missing"] == [] or not call["closed"], (result.text, call)
@@ -194,7 +194,7 @@ def test_cli_complete_and_explain_on_the_seed_example(tmp_path) -> None:
     assert slots["qualname"] == "requests.get" and slots["resolved"] and slots["missing"] == []
     assert any("timeout" in r for r in slots["required"])
     assert record["steps"] and all(s["allowed"] + s["masked"] == record["vocab_size"] for s in record["steps"])
-    assert record["verdict"] in ("ok", "truncated")
+    assert record["verdict"] in ("ok", "truncated") and record["finish"]["validation"] == record["verdict"]
 
     proc = subprocess.run([*CLI, "explain", f"{src}:5:{col}"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "## Intent fingerprint" in proc.stdout and "`http_client_in_scope` | 1" in proc.stdout
