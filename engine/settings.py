@@ -80,8 +80,10 @@ class GenerationSettings:
     speculative: bool = True
     draft_tokens: int = _at_most(4, 16)
     # work between keystrokes: while the user types a suggestion, the completion at its end is decoded in the
-    # pause (the editor's server, lsp_server/host.py), so the request there finds its answer ready
-    prefetch: bool = True
+    # pause (the editor's server, lsp_server/host.py), so the request there finds its answer ready. Off by
+    # default: in the typing replay it answered 4 requests of 227 and its decode thread slowed the others
+    # (docs/benchmarks.md, session 20)
+    prefetch: bool = False
     # keeping pace with a typist (lsp_server/host.py): while the user types, an inline completion's decoding ends
     # in time for the next keystroke (the 10th percentile of the recent gaps between keystrokes, at least 60 ms)
     keep_pace: bool = True

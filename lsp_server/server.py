@@ -327,6 +327,9 @@ def configure_logging(level: str, log_file: str | None = None) -> None:
     logging.getLogger("pygls").setLevel(logging.WARNING)
 
 
+SWITCH_INTERVAL_S = 0.0005  # sys.setswitchinterval in the server process (see serve)
+
+
 def serve(settings: Settings, tcp: tuple[str, int] | None = None, log_file: str | None = None,
           token: str | None = None) -> int:
     """Run the language server on stdio (or one TCP client at ``tcp`` that presents ``token``,
@@ -339,6 +342,9 @@ def serve(settings: Settings, tcp: tuple[str, int] | None = None, log_file: str 
     if tcp is not None and not token:
         raise ValueError("serve: a TCP server needs a token (lsp_server.access)")
     configure_logging(settings.log_level, log_file)
+    # the event loop answers typed-through requests while a decode thread (a prefetch) runs Python: with
+    # CPython's default 5 ms switch interval each hand-over of the GIL to the loop waited up to 5 ms
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = FsmCompleteServer(settings)
     code = server.serve_tcp(*tcp, token) if tcp is not None else server.serve_stdio()
     if server.host.busy_threads:
