@@ -278,6 +278,12 @@ class CompletionRequest:
     # None: no time limit (lsp_server/host.py sets it from the gaps between the user's keystrokes)
     deadline: float | None = None
 
+    def options_key(self) -> tuple:
+        """What besides the texts decides the answer (budget, sampling, constraints, the file's path):
+        two requests with the same texts and key get the same completion, so a recent one may answer
+        the other (typing through it, a prefetch)."""
+        return (self.constraints, self.multiline, self.max_tokens, self.temperature, self.top_p, self.seed, self.path)
+
     def __post_init__(self):
         """Raises ``ValueError`` for a budget below 1 token, a temperature that is not a finite number
         >= 0, a seed outside 0 ... 2**64 - 1 (:func:`check_seed`), or a ``top_p`` outside (0, 1] (a NaN reached sampling as a torch error before); None

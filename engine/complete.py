@@ -341,17 +341,13 @@ class Engine(DecodeLoop):
 
     RECENT = 8  # completions remembered for typing through them
 
-    @staticmethod
-    def _request_key(req: CompletionRequest) -> tuple:
-        return (req.constraints, req.multiline, req.max_tokens, req.temperature, req.top_p, req.seed, req.path)
-
     def _typed_through(self, req: CompletionRequest) -> Completion | None:
         """The rest of a recent completion when the user typed (part of) it: the same document
         around the cursor, the new prefix = the old prefix + the start of the old completion. The
         answer is what the user already saw (ghost text that stays put while typed through, as
         inline-completion clients expect) and costs no model step; the document it produces is the
         one the old completion was validated for. None when no recent completion applies."""
-        key = self._request_key(req)
+        key = req.options_key()
         for rkey, prefix, suffix, old in reversed(self._recent):
             if rkey != key or suffix != req.suffix or not req.prefix.startswith(prefix):
                 continue
@@ -427,7 +423,7 @@ class Engine(DecodeLoop):
                 result.prefetched = req.prefetch
                 if not result.cancelled:
                     self._recent = [*self._recent[-(self.RECENT - 1):],
-                                    (self._request_key(req), req.prefix, req.suffix, result)]
+                                    (req.options_key(), req.prefix, req.suffix, result)]
                 return result
             except ModelError:
                 raise

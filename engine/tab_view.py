@@ -22,6 +22,7 @@ import dataclasses
 import re
 
 from .fsm import detect_indent_style
+from .text import line_start
 
 LEVEL = "    "  # one tab, as the model reads it (PEP 8: 4 spaces per indentation level)
 _LEADING_TABS = re.compile(r"(?:^|(?<=[\r\n]))\t+")
@@ -66,7 +67,7 @@ class TabView:
             return None
         if detect_indent_style(prefix + suffix, default=None) != "\t":
             return None
-        line = prefix[max(prefix.rfind("\n"), prefix.rfind("\r")) + 1:]
+        line = prefix[line_start(prefix):]
         if not line.strip(" \t") and suffix[:1] in (" ", "\t"):
             return None
         return TabView(line, suffix)

@@ -74,6 +74,12 @@ def dominant_eol(text: str) -> str:
     return "\n"
 
 
+def line_start(text: str) -> int:
+    """Where the last line of ``text`` starts: the offset after its last line break (``\n``, ``\r``
+    or ``\r\n``; 0 without one), in code points."""
+    return max(text.rfind("\n"), text.rfind("\r")) + 1
+
+
 def normalize_eol(text: str) -> str:
     """``\\r\\n`` and lone ``\\r`` become ``\\n``."""
     return text.replace("\r\n", "\n").replace("\r", "\n")

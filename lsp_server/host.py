@@ -28,6 +28,7 @@ from lsprotocol import types
 from engine import gc_pauses
 from engine.api import Completion, StopReason
 from engine.settings import Settings
+from engine.text import dominant_eol, line_start
 from lsp_server import convert
 from lsp_server.document import Document
 from lsp_server.record import EngineRequestRecord
@@ -420,7 +421,7 @@ class EngineHost:
         if not completion.text or completion.text.endswith(("\n", "\r")):
             if completion.text.endswith(("\n", "\r")) or request.suffix.lstrip(" \t")[:1] not in ("", "\n", "\r"):
                 return  # mid-line with nothing to add, or a text that already ends with a line break
-            prefix += _enter(prefix, "\r\n" if "\r\n" in request.prefix[-4096:] else "\n")
+            prefix += _enter(prefix, dominant_eol(request.prefix + request.suffix))  # as the engine answers
         ahead = dataclasses.replace(request, prefix=prefix, cancel=threading.Event(), on_token=None,
                                     trigger_character=None, prefetch=True, deadline=None)
         job = self._prefetch
@@ -545,7 +546,7 @@ def _enter(prefix: str, eol: str) -> str:
     """What an editor inserts when Enter is pressed at the end of ``prefix``: the line break and the
     line's indentation, one level more after a line ending in ``:`` (VS Code's and Vim's Python
     indentation rules; a level is four spaces, or a tab where the line is indented with tabs)."""
-    line = prefix[max(prefix.rfind("\n"), prefix.rfind("\r")) + 1:]
+    line = prefix[line_start(prefix):]
     indent = line[: len(line) - len(line.lstrip(" \t"))]
     if line.rstrip().endswith(":"):
         indent += "\t" if indent.startswith("\t") else "    "
@@ -565,8 +566,7 @@ class Prefetch:
         """Whether ``request`` asks for this very position with the same options."""
         mine = self.request
         return (uri == self.uri and request.prefix == mine.prefix and request.suffix == mine.suffix
-                and (request.constraints, request.multiline, request.max_tokens, request.single_line)
-                == (mine.constraints, mine.multiline, mine.max_tokens, mine.single_line))
+                and request.single_line == mine.single_line and request.options_key() == mine.options_key())
 
 
 def _load_engine(settings: Settings, progress: Callable[[str, float], None]):

@@ -24,7 +24,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from ..text import normalize_eol, scalar_text
+from ..text import line_start, normalize_eol, scalar_text
 
 MIN_KEY = 2  # characters of the line (after its indentation) before lines are matched at all
 FULL_KEY = 10  # ... and from this many on, a match counts fully (a shorter key is weaker evidence)
@@ -161,7 +161,7 @@ def line_copy(prefix: str, suffix: str) -> str | None:
     cursor (any line endings). None when no rest qualifies. Costs one pass over the document's lines."""
     from ..lexing.context import COMMENT, cursor_context
 
-    start = max(prefix.rfind("\n"), prefix.rfind("\r")) + 1
+    start = line_start(prefix)
     line = prefix[start:]
     key = line.lstrip()
     after = re.split(r"\r\n|\r|\n", suffix, maxsplit=1)
