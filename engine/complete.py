@@ -11,6 +11,7 @@ inside and restored on the way out.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -133,6 +134,7 @@ class Engine(DecodeLoop):
         self._required_arguments = RequiredArgumentTables()
         self._recent: list[tuple[tuple, str, str, Completion]] = []  # (request key, prefix, suffix, result)
         self.context = None  # engine.context.ContextCache once loaded (the project-context cache model)
+        self._finishing: collections.deque[float] = collections.deque(maxlen=self.FINISH_SAMPLES)  # s, recent
 
     # -- loading ------------------------------------------------------------------------------------
 
@@ -513,26 +515,53 @@ class Engine(DecodeLoop):
             plan = dataclasses.replace(plan, max_tokens=max(1, room))
         attempt = Attempt(plan, start.spec, attempt.bans if attempt is not None else {})
         t2 = clock()
-        logits, reused = self.kv.prefill(prompt.ids)
+        # in the server (a cancel event): in chunks, so that a request cancelled meanwhile (the next keystroke came)
+        # stops within a chunk; the cache keeps what was prefilled, which the next request reuses
+        logits, reused = self.kv.prefill(prompt.ids, chunk=self.WARM_UP_CHUNK if req.cancel is not None else 0,
+                                         stop=req.cancel)
         t3 = clock()
+        stages.prompt, stages.prefill = t2 - t1, t3 - t2
+        result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
+        if logits is None:  # cancelled before decoding: nobody waits for this answer
+            result.cancelled, result.stop_reason = True, StopReason.CANCELLED
+            result.timings_ms = stages.as_ms(total=t3 - t0)
+            return result, attempt
         history = self._context_start(req, prompt, result)  # the cache model's history (None: off)
         if history is not None:
             logits = self._mix_context(logits, history, result, self._line_so_far(plan, start.heal, ""), plan.multiline)
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
-        result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
-        dec = self._decode(self.kv, req, plan, start, logits, result, history, prompt.ids, attempt.bans)
+        dec = self._decode(self.kv, self.paced(req), plan, start, logits, result, history, prompt.ids, attempt.bans)
         t5 = clock()
-        cursor = self.surroundings(plan, start)
-        t6 = clock()
-        self.finish_for_editor(req, plan, start, dec, cursor, result)
-        t7 = clock()
-        stages.prompt, stages.prefill, stages.context = t2 - t1, t3 - t2, t4 - t3
+        if result.cancelled:  # nobody waits for this answer: no finishing (validation) for it
+            result.stop_reason = dec.stop
+            t6 = t7 = t5
+        else:
+            cursor = self.surroundings(plan, start)
+            t6 = clock()
+            self.finish_for_editor(req, plan, start, dec, cursor, result)
+            t7 = clock()
+            self._finishing.append(t7 - t5)
+        stages.context = t4 - t3
         stages.lexing += t6 - t5
         stages.decoded(dec, t5 - t4, (result.context.get("mix_ms", 0.0) - mixed) / 1e3 if history is not None else 0.0)
         stages.validate = t7 - t6
         result.timings_ms = stages.as_ms(total=t7 - t0)
         return result, attempt
+
+    FINISH_SAMPLES, FINISH_QUANTILE = 8, 0.75  # keeping pace: recent finishing times kept, the quantile reserved
+
+    def paced(self, req: CompletionRequest) -> CompletionRequest:
+        """``req`` as its decoding sees it: with a deadline (keeping pace with a typist,
+        :attr:`engine.api.CompletionRequest.deadline`), decoding ends earlier by what finishing the
+        text is expected to take (the :data:`FINISH_QUANTILE` quantile of the last
+        :data:`FINISH_SAMPLES` attempts' finishing, validation included: it depends on the document
+        and its region, and the last requests were mostly in the same one), so that the answer, not
+        only the decoding, comes by the deadline. ``req`` itself without a deadline or history."""
+        if req.deadline is None or not self._finishing:
+            return req
+        recent = sorted(self._finishing)
+        return dataclasses.replace(req, deadline=req.deadline - recent[int(self.FINISH_QUANTILE * (len(recent) - 1))])
 
     def finish_for_editor(self, req: CompletionRequest, plan: Plan, start: Start, dec: Decoding,
                           cursor: Surroundings, result: Completion) -> None:

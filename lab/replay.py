@@ -67,13 +67,29 @@ class Cadence:
             yield gap / 1e3
 
 
+LOG_DIR_ENV = "FSM_COMPLETE_REPLAY_LOGS"  # a folder: each replayed server's stderr (its log) is kept there
+
+
+def _server_log():
+    """Where a replayed server's stderr goes: a new file in the folder ``$FSM_COMPLETE_REPLAY_LOGS``
+    names (with ``--server-settings '{"logLevel": "debug"}'``, each decode's stages), else nowhere."""
+    folder = os.environ.get(LOG_DIR_ENV)
+    if not folder:
+        return subprocess.DEVNULL
+    os.makedirs(folder, exist_ok=True)
+    return open(os.path.join(folder, f"server-{time.strftime('%H%M%S')}-{os.getpid()}-{time.perf_counter_ns()}.log"), "wb")
+
+
 class Client:
     """The server process over stdio with a reader thread: answers by request id with the time
     they arrived; server->client requests are answered with null."""
 
     def __init__(self, options: dict, env: dict | None = None):
+        log = _server_log()
         self.proc = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env or dict(os.environ))
+                                     stdout=subprocess.PIPE, stderr=log, env=env or dict(os.environ))
+        if log is not subprocess.DEVNULL:
+            log.close()  # the server holds its own copy
         self._id = 0
         self._write = threading.Lock()
         self.answers: dict[int, tuple[dict, float]] = {}

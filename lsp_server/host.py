@@ -342,8 +342,9 @@ class EngineHost:
                 self._server.window_show_message(types.ShowMessageParams(
                     type=types.MessageType.Info, message="fsm-complete: the model server answers again"))
             record.completed(completion, cancelled=completion.cancelled or request.cancel.is_set())
-            logger.debug("request %r: %d tokens, stop %s%s, %.0f ms", record.id, completion.tokens,
-                         completion.stop_reason, " (cancelled)" if record.cancelled else "", record.latency_ms)
+            logger.debug("request %r: %d tokens, stop %s%s, %.0f ms, stages %s", record.id, completion.tokens,
+                         completion.stop_reason, " (cancelled)" if record.cancelled else "", record.latency_ms,
+                         json.dumps(completion.timings_ms, separators=(",", ":")))
 
         future.add_done_callback(finished)
         try:

@@ -96,6 +96,39 @@ def test_cancel_stops_decoding(engine):
     assert result.cancelled and result.tokens == 0 and result.text == ""
 
 
+def test_a_request_cancelled_during_its_analysis_prefills_nothing(engine, monkeypatch):
+    """The next keystroke cancels a request while jedi and the fingerprint run: the prefill (and all after it)
+    is skipped, not run to its end before the cancel is seen at the first token."""
+    cancel = threading.Event()
+    analysed = engine.constraint_start
+
+    def analyse_then_cancel(*args, **kwargs):
+        start = analysed(*args, **kwargs)
+        cancel.set()
+        return start
+
+    monkeypatch.setattr(engine, "constraint_start", analyse_then_cancel)
+    engine.kv.reset()  # a whole prompt to prefill
+    result = engine.complete(CompletionRequest(prefix="import os\n\nvalue = os.path.join(", suffix=")\n",
+                                               cancel=cancel))
+    assert result.cancelled and result.stop_reason == "cancelled" and result.text == ""
+    assert result.decoded_tokens == 0 and len(engine.kv.ids) == 0
+
+
+def test_a_request_cancelled_while_decoding_is_not_finished(engine, monkeypatch):
+    """Nobody waits for a cancelled answer: finishing (validation) is skipped for it."""
+    cancel = threading.Event()
+
+    def finished(*args, **kwargs):
+        raise AssertionError("a cancelled draft was finished")
+
+    monkeypatch.setattr(engine, "finish_for_editor", finished)
+    result = engine.complete(CompletionRequest(prefix="def f():\n    ", suffix="", max_tokens=32, cancel=cancel,
+                                               on_token=lambda piece: cancel.set()))
+    assert result.cancelled and result.stop_reason == "cancelled" and result.text == ""
+    assert 1 <= result.decoded_tokens < 32 and result.timings_ms["validate"] == 0
+
+
 def test_streaming_callback_sees_every_token(engine):
     pieces = []
     result = engine.complete(CompletionRequest(prefix="x = [1, 2, ", suffix="]\n", on_token=pieces.append, max_tokens=8))

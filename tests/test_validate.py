@@ -330,3 +330,42 @@ def test_the_region_starts_from_the_prefix_lexers_state_and_ends_where_lexing_fr
 ])
 def test_the_compilers_errors_are_refused_where_they_do_not_depend_on_other_code(prefix, completion, suffix, refused):
     assert bool(validate(prefix, completion, suffix)) == refused
+
+
+
+def test_the_region_end_is_remembered_for_a_suffix_typed_before(monkeypatch):
+    """Typing arguments before a long rest of the file with a bracket the user has not closed yet:
+    each keystroke's region ends where a scan from scratch ends it (strings, brackets and comments in
+    the way), and once a keystroke has scanned it, the next does not lex the rest of the file again
+    (engine.validate._EndMemo)."""
+    from engine import validate
+    from engine.fsm import PrefixLexer
+
+    head = "import os\n\n\nclass T:\n    def test_a(self):\n        self.check(\n            "
+    typed = "lambda: get(woken), 6"
+    body = "".join(f"\n    def test_{i}(self):\n        s = \'\'\'\ndef x(): (\'\'\'\n        return [{i},\n"
+                   f"            {i}]  # ) ]\n" for i in range(300))
+    suffix = ")\n\n        self.done()\n" + body
+    fed: list[int] = []
+    feed = validate._RegionLexer._feed
+    monkeypatch.setattr(validate._RegionLexer, "_feed", lambda self, text: (fed.append(len(text)), feed(self, text))[1])
+
+    def region_at(k: int, memo: bool) -> tuple[tuple[str, str], int]:
+        prefix = head + typed[:k]
+        lexer = PrefixLexer()
+        lexer.lex(prefix, " ")
+        if not memo:
+            validate._end_memos.clear()
+        fed.clear()
+        return region(prefix, suffix, lexer.top_level), sum(fed)
+
+    validate._end_memos.clear()
+    for k in range(len(typed) + 1):
+        remembered, lexed = region_at(k, memo=True)
+        scratch, lexed_from_scratch = region_at(k, memo=False)
+        assert remembered == scratch, typed[:k]
+        region_at(k, memo=True)  # the memo again holds this keystroke's scan
+        inside = "get(" in typed[:k] and ")" not in typed[:k]
+        assert (scratch[1] == suffix) == inside, typed[:k]  # get( open: the region runs to the end of the file
+        if inside and k > typed.index("(") + 2:
+            assert lexed_from_scratch > len(suffix) // 2 and lexed < 300, (typed[:k], lexed_from_scratch, lexed)
