@@ -49,7 +49,7 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
         policies = policies_for(c.required_arguments, req.path)
         monitors = monitors_at(prefix[: len(prefix) - len(heal)], plan.suffix, req.path, state, policies,
                                member_access=c.member_access, domain_vocabulary=c.domain_vocabulary,
-                               multiline=plan.multiline, healed=heal)
+                               multiline=plan.multiline, healed=heal, budget_ms=semantic_budget_ms(req.deadline))
         if monitors.resolver is not None:
             resolver = ResolverSpec(req.path, policies.profile, dict(policies.rules))
             monitors.resolver = None  # travels as its configuration (see ResolverSpec)
@@ -66,6 +66,27 @@ def constraint_spec(req, plan, settings, prefix_lexer, policies_for, *, stop_ids
         fuse_threshold=c.fuse_threshold, fuse_bias=c.fuse_bias,
         mode=plan.fp.mode if plan.fp is not None else None,
         policy=dataclasses.asdict(mode_policy) if dataclasses.is_dataclass(mode_policy) else None)
+
+
+SEMANTIC_SHARE = 0.3  # keeping pace: the share of the time left before the deadline a jedi query may take
+
+
+def semantic_budget_ms(deadline: float | None, now: float | None = None) -> float | None:
+    """How long (ms) a jedi query of the monitors' setup may take for a request that must end its
+    decoding by ``deadline`` (:attr:`engine.api.CompletionRequest.deadline`, ``time.perf_counter()``
+    seconds; keeping pace with a typist): :data:`SEMANTIC_SHARE` of the time left, 0 when none is
+    left (jedi's cache only); None (no limit) without a deadline, or when the jedi worker is off
+    (:mod:`engine.resolve.worker`: a query left to finish on a thread of this process would hold
+    the GIL while the request decodes). The query goes on in the worker and its answer is memoised
+    for the next keystroke; the prefill and decoding need the rest of the time."""
+    from .resolve import worker
+
+    if deadline is None or not worker.enabled():
+        return None
+    import time
+
+    left = deadline - (time.perf_counter() if now is None else now)
+    return max(0.0, SEMANTIC_SHARE * left * 1e3)
 
 
 def healing_spec(plan, heal: str, *, stop_ids=(), stop_tokens=(), vocab_digest: str = "") -> ConstraintSpec:

@@ -376,13 +376,16 @@ class EngineHost:
         than :data:`PACE_GAP_MAX_S` ago, at least :data:`PACE_MIN_GAPS` recent gaps), now plus the
         :data:`PACE_QUANTILE` quantile of the recent gaps (at least :data:`PACE_MIN_S`): an answer
         after the next keystroke is never shown, as VS Code drops it. None (no limit) otherwise, or
-        when ``generation.keepPace`` is off."""
+        when ``generation.keepPace`` is off. The first deadline starts the jedi worker
+        (:mod:`engine.resolve.worker`), which the monitors' queries of such requests wait for at most
+        a share of the time left (:func:`engine.prepare.semantic_budget_ms`)."""
         now = time.perf_counter()
         last, gaps = self._keys.get(uri, (None, []))
         if (not self._server.settings.generation.keep_pace or last is None or now - last > PACE_GAP_MAX_S
                 or len(gaps) < PACE_MIN_GAPS):
             return None
         quantile = sorted(gaps)[int(PACE_QUANTILE * (len(gaps) - 1))]
+        _jedi_worker().enable()  # the user types: the monitors' jedi queries keep pace too (engine.prepare)
         return now + max(PACE_MIN_S, quantile)
 
     # -- work between keystrokes (prefetch)
@@ -532,7 +535,8 @@ class EngineHost:
             event.set()
 
     def cancel_all(self) -> None:
-        """Stop every decode, the warm-up, the prefetch and the workspace scan (shutdown, exit)."""
+        """Stop every decode, the warm-up, the prefetch, the workspace scan and the jedi worker
+        (shutdown, exit)."""
         self._warm_up_stop.set()
         self._stop_prefetch()
         self._server.project.stop.set()
@@ -541,6 +545,14 @@ class EngineHost:
             self._warm_up_timer = None
         for event in list(self._cancel_events.values()):
             event.set()
+        _jedi_worker().shutdown()
+
+
+def _jedi_worker():
+    """:mod:`engine.resolve.worker` (no model code: importable before the model loads)."""
+    from engine.resolve import worker
+
+    return worker
 
 
 def _enter(prefix: str, eol: str) -> str:

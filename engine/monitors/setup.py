@@ -60,13 +60,17 @@ class RequiredArgumentTables:
 
 def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, policies: PolicyTable, *,
                 member_access: bool = True, domain_vocabulary=(), names: bool = True,
-                multiline: bool = False, healed: str = "") -> Semantics:
+                multiline: bool = False, healed: str = "", budget_ms: float | None = None) -> Semantics:
     """The semantic monitors for a completion at the end of ``prefix`` (lexer ``state`` there; the
     document is ``prefix + suffix``, ``path`` its file or None): the slots of the call the cursor is
     in, member access after ``name.`` (or the block-header rule), and a resolver for calls the
     completion opens, and (``names``) the names monitor. In a string or comment: no monitor.
     ``multiline``: the completion may write several lines (the block-header rule then judges its last).
-    ``healed``: the end of the cursor line that token healing gave back (``prefix`` ends before it)."""
+    ``healed``: the end of the cursor line that token healing gave back (``prefix`` ends before it).
+    ``budget_ms``: the most time each jedi query (the call's signature, the members after ``.``) may
+    take (None: no limit); a later answer leaves that monitor off for this request (fewer
+    constraints, never a refusal of real code) and is memoised for the next
+    (:func:`engine.resolve.jedi_client.jedi_request`)."""
     sem = Semantics(source=prefix)
     if state.mode in PROSE_MODES:
         return sem
@@ -74,16 +78,18 @@ def monitors_at(prefix: str, suffix: str, path: str | None, state: pylex.Lex, po
     if names:
         sem.names = names_monitor(prefix, suffix, len(state.brackets), path=path)
     if expects_errors(prefix):
-        return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline, healed)
+        return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline, healed,
+                                 budget_ms)
     sem.resolver = signatures.callee_resolver(path, policies)
     call = signatures.enclosing_call(source, len(prefix))
     if call is not None:
-        spec = signatures.resolve_call(source, len(prefix), path, policies)
+        spec = signatures.resolve_call(source, len(prefix), path, policies, budget_ms=budget_ms)
         if spec is not None:
             slots, sem.suffix_closes = call_slots_at(spec, prefix, call[1], suffix, state)
             if slots is not None:
                 sem.calls.append(slots)
-    return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline, healed)
+    return _member_or_header(sem, prefix, suffix, path, state, member_access, domain_vocabulary, multiline, healed,
+                             budget_ms)
 
 
 _ERROR_BLOCK = re.compile(r"^[ \t]*(?:async[ \t]+)?with\b.*(?:\.assertRaises\w*|\braises)[ \t]*\(")
@@ -110,7 +116,8 @@ def expects_errors(prefix: str, lookback: int = 40) -> bool:
 
 
 def _member_or_header(sem: Semantics, prefix: str, suffix: str, path, state, member_access: bool,
-                      domain_vocabulary, multiline: bool = False, healed: str = "") -> Semantics:
+                      domain_vocabulary, multiline: bool = False, healed: str = "",
+                      budget_ms: float | None = None) -> Semantics:
     """Add member access after ``name.`` or at a name ``from MODULE import`` imports (the module's
     attributes and submodules), or the block-header rule, to ``sem``."""
     source = prefix + suffix
@@ -120,7 +127,7 @@ def _member_or_header(sem: Semantics, prefix: str, suffix: str, path, state, mem
         sem.member = header  # the indentation after the cursor line asks for a compound statement
     elif member_access and m is not None and state.mode in (pylex.DOT, pylex.NAME, pylex.DOT2, pylex.DOT_WS) \
             and not _MODULE_PATH.match(prefix, prefix.rfind("\n") + 1):
-        names = signatures.member_names(source, len(prefix), path)
+        names = signatures.member_names(source, len(prefix), path, budget_ms=budget_ms)
         if names:
             sem.member = MemberAccess(set(names) | set(domain_vocabulary), m.group(2) or "", m.group(1))
     elif member_access and state.mode in (pylex.CODE, pylex.NAME):

@@ -170,6 +170,18 @@ def warm_parse(source: str, path: str | None) -> bool:
         return False
 
 
+def warm_jedi() -> bool:
+    """Have jedi build its first state now (its import, the builtins' stubs, the helper process it
+    runs compiled modules in): the first query pays ~0.3 s for them otherwise. Never raises."""
+    try:
+        with _JEDI_LOCK:
+            _script("print(", None).get_signatures(1, 6)
+        return True
+    except Exception:  # noqa: BLE001 - a warm-up must never fail the server
+        log.debug("jedi warm-up failed", exc_info=True)
+        return False
+
+
 SKELETON_CHARS = 20_000  # a larger document is shown to jedi as its skeleton (see _view)
 
 
@@ -470,6 +482,28 @@ def _executor() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsm-complete-jedi")
 
 
+def _submit(key: tuple, run, query: tuple) -> Future:
+    """Start ``run(*query)`` off the caller's thread, memoised under ``key`` when it ends: in the jedi
+    worker process when it is on (:mod:`engine.resolve.worker`: no GIL shared with the server's
+    decoding), else on this process's jedi thread."""
+    from . import worker
+
+    future = worker.submit(run, *query)
+    if future is None:
+        return _executor().submit(_finish, key, run, query)
+
+    def done(f: Future) -> None:
+        with _LOCK:
+            _PENDING.pop(key, None)
+        if not f.cancelled() and f.exception() is None:
+            _cache_put(key, f.result())
+        elif not f.cancelled():
+            log.debug("the jedi worker's query failed", exc_info=f.exception())
+
+    future.add_done_callback(done)
+    return future
+
+
 def _finish(key: tuple, run, query: tuple):
     try:
         result = run(*query)
@@ -554,7 +588,7 @@ def jedi_request(kind: str, source: str, expression: str, anchor: int, path: str
     with _LOCK:
         future = _PENDING.get(key)
         if future is None:
-            future = _PENDING[key] = _executor().submit(_finish, key, run, query)
+            future = _PENDING[key] = _submit(key, run, query)
     try:
         return future.result(timeout=max(0.0, budget_ms) / 1000)
     except FutureTimeout:
