@@ -504,19 +504,16 @@ class Engine(DecodeLoop):
             result.fingerprint = plan.fp.as_dict()
         ta = clock()
         stages = Stages(fingerprint=ta - t0)
-        analysed = plan  # the plan the constraint spec is made for (before the window's room is known)
-        ahead = self._analysis_ahead(req, plan, attempt, stages)  # jedi asked in its worker, answering meanwhile
-        start = None if ahead is not None else \
-            self.constraint_start(req, plan, result, stages, attempt.spec if attempt is not None else None)
-        heal = ahead.heal if ahead is not None else start.heal
+        start = self.constraint_start(req, plan, result, stages, attempt.spec if attempt is not None else None)
         t1 = clock()
-        prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(heal)], plan.suffix)
+        stages.lexing = t1 - ta - stages.semantics  # the prefix lexer, FSM guide and first-token rule
+        prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
         # the prompt's budget leaves the settings' longest completion in the model window; a request
         # asking for more (--max-tokens, an HTTP client's n_predict) decodes what still fits
         room = self.lm.max_positions - len(prompt.ids) - self.settings.generation.draft_tokens - 1
         if plan.max_tokens > room:
             plan = dataclasses.replace(plan, max_tokens=max(1, room))
-        bans = attempt.bans if attempt is not None else {}
+        attempt = Attempt(plan, start.spec, attempt.bans if attempt is not None else {})
         t2 = clock()
         # in the server (a cancel event): in chunks, so that a request cancelled meanwhile (the next keystroke came)
         # stops within a chunk; the cache keeps what was prefilled, which the next request reuses
@@ -524,19 +521,6 @@ class Engine(DecodeLoop):
                                          stop=req.cancel)
         t3 = clock()
         stages.prompt, stages.prefill = t2 - t1, t3 - t2
-        analysis = t1 - ta
-        if start is None and logits is not None:  # the analysis ahead: now with what jedi answered during the prefill
-            start = self.constraint_start(req, analysed, result, stages)
-            t3b = clock()
-            analysis += t3b - t3
-            if start.heal != heal:  # never expected (the same rule on the same text): the prompt it asks for
-                prompt = self.builder.build(plan.prefix[: len(plan.prefix) - len(start.heal)], plan.suffix)
-                logits, reused = self.kv.prefill(prompt.ids, chunk=self.WARM_UP_CHUNK if req.cancel is not None else 0,
-                                                 stop=req.cancel)
-                stages.prefill += clock() - t3b
-            t3 = clock()
-        stages.lexing = analysis - stages.semantics  # the prefix lexer, FSM guide and first-token rule
-        attempt = Attempt(plan, start.spec if start is not None else None, bans)
         result.prompt_tokens, result.reused_tokens = len(prompt.ids), reused
         if logits is None:  # cancelled before decoding: nobody waits for this answer
             result.cancelled, result.stop_reason = True, StopReason.CANCELLED
@@ -564,24 +548,6 @@ class Engine(DecodeLoop):
         stages.validate = t7 - t6
         result.timings_ms = stages.as_ms(total=t7 - t0)
         return result, attempt
-
-    def _analysis_ahead(self, req: CompletionRequest, plan: Plan, attempt: Attempt | None,
-                        stages: Stages) -> ConstraintSpec | None:
-        """Work on two cores: when the jedi worker runs (:mod:`engine.resolve.worker`; the language
-        server, while the user types), a fresh constrained request first makes its constraint spec
-        without waiting for jedi (a zero budget: its queries start in the worker), which gives the
-        prompt its healed text; the prompt is prefilled on this core meanwhile, and the spec is made
-        again afterwards with jedi's answers (the request's own budget, or none: the query under way is
-        waited for, :func:`engine.resolve.jedi_client.jedi_request`). None (the analysis first, as
-        before) for a retry, an unconstrained plan, without the semantic monitors or the worker."""
-        from .resolve import worker
-
-        if attempt is not None or not plan.constrained or not self.settings.constraints.semantic or not worker.ready():
-            return None
-        ts = time.perf_counter()
-        spec = self.constraint_spec(dataclasses.replace(req, deadline=ts - 1.0), plan)  # past: jedi's cache only
-        stages.semantics += time.perf_counter() - ts
-        return spec
 
     FINISH_SAMPLES, FINISH_QUANTILE = 8, 0.75  # keeping pace: recent finishing times kept, the quantile reserved
 

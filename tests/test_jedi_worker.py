@@ -110,31 +110,3 @@ def test_a_worker_that_cannot_run_leaves_jedi_in_process(monkeypatch):
         assert spec.params is not None
     finally:
         worker.shutdown()
-
-
-def test_jedi_answers_in_the_worker_while_the_prompt_is_prefilled(engine, monkeypatch):
-    """With the worker running, a fresh request asks jedi there first and prefills meanwhile (engine.complete
-    ._analysis_ahead): the same completion and monitors as with jedi in process, and no jedi in this process."""
-    from engine.api import CompletionRequest
-
-    prefix = DOC.replace("Box().put(", "box = Box()\nbox.put(")
-    worker.shutdown()
-    jedi_client.clear_cache()
-    before = engine.complete(CompletionRequest(prefix=prefix, suffix=")\n"))
-    assert before.semantics.get("calls"), before.semantics  # the slots monitor of put(...) ran
-    jedi_client.clear_cache()
-    engine._recent.clear()
-    engine.kv.reset()
-    worker.enable()
-    try:
-        assert _eventually(lambda: worker.ready() or None)
-        asked_here: list = []
-        script = jedi_client._script
-        monkeypatch.setattr(jedi_client, "_script", lambda *a: (asked_here.append(a), script(*a))[1])
-        after = engine.complete(CompletionRequest(prefix=prefix, suffix=")\n"))
-    finally:
-        worker.shutdown()
-        jedi_client.clear_cache()
-    assert asked_here == []
-    assert (after.text, after.semantics) == (before.text, before.semantics)
-    assert after.timings_ms["prefill"] > 0

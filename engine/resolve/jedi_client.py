@@ -12,7 +12,6 @@ the engine is idle (its warm-ups). :func:`jedi_signatures` and :func:`jedi_membe
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -31,7 +30,6 @@ log = logging.getLogger(__name__)
 
 PARAM_KINDS = ("positional_only", "positional_or_keyword", "var_positional", "keyword_only", "var_keyword")
 CACHE_SIZE = 512  # memoised jedi answers (signatures and member names)
-PENDING_WAIT_S = 30.0  # an unbudgeted query waits this long for the same query under way, then asks jedi itself
 DEFERRED_SIZE = 128  # snippet queries the decode loop missed or a document's warm-up found, waiting for an idle moment
 
 
@@ -584,11 +582,6 @@ def jedi_request(kind: str, source: str, expression: str, anchor: int, path: str
             _defer(key, run, query)
         return None
     if budget_ms is None:
-        with _LOCK:
-            future = _PENDING.get(key)
-        if future is not None:  # already asked (the analysis ahead of a prefill, engine.complete): its answer
-            with contextlib.suppress(Exception):
-                return future.result(timeout=PENDING_WAIT_S)
         result = run(*query)
         _cache_put(key, result)
         return result

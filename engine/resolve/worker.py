@@ -34,7 +34,6 @@ _LOCK = threading.Lock()
 _POOL: ProcessPoolExecutor | None = None
 _ENABLED = False
 _FAILED = False  # the worker could not start or died: queries stay in process from then on
-_STARTED: Future | None = None  # the first job: done once the worker runs (and jedi's first state is built)
 
 
 def _watch_parent(parent: int) -> None:
@@ -62,16 +61,14 @@ def _ready() -> bool:
 def enable() -> None:
     """Use the worker for budgeted queries from now on, and start it in the background (its start
     and jedi's first state take about a second of the other core)."""
-    global _ENABLED, _STARTED
+    global _ENABLED
     if os.environ.get(OFF_ENV, "") not in ("", "1"):  # measuring without it (docs/benchmarks.md, session 21)
-        return
-    if _ENABLED:
         return
     _ENABLED = True
     pool = _pool()
     if pool is not None:
         try:
-            _STARTED = pool.submit(_ready)  # the pool starts its process on the first job
+            pool.submit(_ready)  # the pool starts its process on the first job
         except Exception:  # noqa: BLE001 - a worker that cannot start leaves queries in process
             _failed("start")
 
@@ -79,12 +76,6 @@ def enable() -> None:
 def enabled() -> bool:
     """Whether budgeted jedi queries go to the worker (enabled, and it has not failed)."""
     return _ENABLED and not _FAILED
-
-
-def ready() -> bool:
-    """Whether the worker runs and has built jedi's first state: a query sent now starts at once."""
-    started = _STARTED
-    return enabled() and started is not None and started.done() and started.exception() is None
 
 
 def _pool() -> ProcessPoolExecutor | None:
@@ -120,8 +111,8 @@ def submit(run, *query) -> Future | None:
 
 def shutdown() -> None:
     """Stop the worker (the server's exit); queries run in process afterwards."""
-    global _POOL, _ENABLED, _STARTED
+    global _POOL, _ENABLED
     with _LOCK:
-        pool, _POOL, _ENABLED, _STARTED = _POOL, None, False, None
+        pool, _POOL, _ENABLED = _POOL, None, False
     if pool is not None:
         pool.shutdown(wait=False, cancel_futures=True)
