@@ -271,7 +271,8 @@ class Engine(DecodeLoop):
         start, so a request anywhere in it later lexes only from the last line start), parse its
         fingerprint facts and scan its scopes (:func:`engine.fingerprint.warm_facts`,
         :func:`engine.monitors.name_table.warm_scopes`) and have jedi parse it
-        (:func:`engine.resolve.jedi_client.warm_parse`), before the first request; last, jedi
+        (:func:`engine.resolve.jedi_client.warm_parse`; in the jedi worker too when it runs,
+        :mod:`engine.resolve.worker`), before the first request; last, jedi
         resolves the signatures of the callees it calls (:func:`engine.signatures.prefetch_callees`),
         which the decode loop reads from the cache when a completion opens one of those calls.
         The lexing is skipped while the engine is busy and goes in chunks of about
@@ -306,6 +307,9 @@ class Engine(DecodeLoop):
                 from .resolve.jedi_client import warm_parse
 
                 warm_parse(text, path)
+                from .resolve import worker
+
+                worker.submit(warm_parse, text, path)  # the jedi worker's own parse, when it runs (typing)
         # last, and only while no request came since the document opened (a request reads them
         # itself, and a warm-up beside it only shares the CPU with it): the facts' tree-sitter
         # parse and the scope scan, which a first request would otherwise do over the whole text

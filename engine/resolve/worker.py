@@ -64,6 +64,8 @@ def enable() -> None:
     global _ENABLED
     if os.environ.get(OFF_ENV, "") not in ("", "1"):  # measuring without it (docs/benchmarks.md, session 21)
         return
+    if _ENABLED:
+        return
     _ENABLED = True
     pool = _pool()
     if pool is not None:
