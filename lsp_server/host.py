@@ -236,6 +236,8 @@ class EngineHost:
         msg_id = self._server.protocol.msg_id
         version = doc.version  # the version ``cursor`` was taken from
         deadline = None if single_line else self._pace_deadline(doc.uri)
+        if deadline is not None:
+            _jedi_worker().enable()  # the user types: the monitors' jedi queries keep pace too (engine.prepare)
         cancel = threading.Event()
         self._cancel_events[msg_id] = cancel
         try:
@@ -376,7 +378,7 @@ class EngineHost:
         than :data:`PACE_GAP_MAX_S` ago, at least :data:`PACE_MIN_GAPS` recent gaps), now plus the
         :data:`PACE_QUANTILE` quantile of the recent gaps (at least :data:`PACE_MIN_S`): an answer
         after the next keystroke is never shown, as VS Code drops it. None (no limit) otherwise, or
-        when ``generation.keepPace`` is off. The first deadline starts the jedi worker
+        when ``generation.keepPace`` is off. The first request with a deadline starts the jedi worker
         (:mod:`engine.resolve.worker`), which the monitors' queries of such requests wait for at most
         a share of the time left (:func:`engine.prepare.semantic_budget_ms`)."""
         now = time.perf_counter()
@@ -385,7 +387,6 @@ class EngineHost:
                 or len(gaps) < PACE_MIN_GAPS):
             return None
         quantile = sorted(gaps)[int(PACE_QUANTILE * (len(gaps) - 1))]
-        _jedi_worker().enable()  # the user types: the monitors' jedi queries keep pace too (engine.prepare)
         return now + max(PACE_MIN_S, quantile)
 
     # -- work between keystrokes (prefetch)
