@@ -452,3 +452,22 @@ def test_a_healed_indentation_does_not_end_a_multiline_completion_after_its_firs
     assert not DecodeLoop.stops_after(body, plan, " ") and body.stop != "dedent"
     out = Decoding(sem=None, text=" z = y\nprint(z)")
     assert DecodeLoop.stops_after(out, plan, " ")  # a real dedent still ends it
+
+
+def test_keeping_pace_leaves_the_finishing_its_time(engine):
+    """A decode with a deadline ends earlier by what finishing took lately (its 75th percentile over the
+    last 8 attempts), so that the answer, not only the decoding, comes by the deadline."""
+    request = CompletionRequest(prefix="x = ", deadline=100.0)
+    saved = list(engine._finishing)
+    try:
+        engine._finishing.clear()
+        assert engine.paced(request) is request  # nothing measured yet
+        engine._finishing.extend([0.010, 0.002, 0.030, 0.004, 0.008, 0.006, 0.050, 0.020])
+        assert engine.paced(request).deadline == pytest.approx(100.0 - 0.020)
+        untimed = CompletionRequest(prefix="x = ")
+        assert engine.paced(untimed) is untimed
+        engine.complete(CompletionRequest(prefix="import os\nvalue = os.path.", suffix="\n"))
+        assert len(engine._finishing) == engine.FINISH_SAMPLES and engine._finishing[-1] > 0
+    finally:
+        engine._finishing.clear()
+        engine._finishing.extend(saved)

@@ -482,13 +482,22 @@ def _executor() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsm-complete-jedi")
 
 
+_OFFLOAD = None  # (run, *query) -> Future | None: the jedi worker's submit while it is on (engine.resolve.worker)
+
+
+def offload_to(submit) -> None:
+    """Budgeted queries go to ``submit(run, *query)`` (a Future, or None: run here after all) from now
+    on; None: on this process's jedi thread. Set by :mod:`engine.resolve.worker`."""
+    global _OFFLOAD
+    _OFFLOAD = submit
+
+
 def _submit(key: tuple, run, query: tuple) -> Future:
     """Start ``run(*query)`` off the caller's thread, memoised under ``key`` when it ends: in the jedi
-    worker process when it is on (:mod:`engine.resolve.worker`: no GIL shared with the server's
-    decoding), else on this process's jedi thread."""
-    from . import worker
-
-    future = worker.submit(run, *query)
+    worker process when it is on (:func:`offload_to`, :mod:`engine.resolve.worker`: no GIL shared with
+    the server's decoding), else on this process's jedi thread."""
+    offload = _OFFLOAD
+    future = offload(run, *query) if offload is not None else None
     if future is None:
         return _executor().submit(_finish, key, run, query)
 

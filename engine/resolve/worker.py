@@ -25,6 +25,8 @@ import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 
+from . import jedi_client
+
 log = logging.getLogger(__name__)
 
 OFF_ENV = "FSM_COMPLETE_JEDI_WORKER"  # "0": never start the worker (jedi stays in process, without a budget)
@@ -49,9 +51,7 @@ def _start(parent: int) -> None:
     """The worker's initializer: watch the server; have jedi load its first state (its import, the
     builtins' stubs and its helper process: ~0.3 s before the first query otherwise)."""
     _watch_parent(parent)
-    from .jedi_client import warm_jedi
-
-    warm_jedi()
+    jedi_client.warm_jedi()
 
 
 def _ready() -> bool:
@@ -67,6 +67,7 @@ def enable() -> None:
     if _ENABLED:
         return
     _ENABLED = True
+    jedi_client.offload_to(submit)
     pool = _pool()
     if pool is not None:
         try:
@@ -116,5 +117,6 @@ def shutdown() -> None:
     global _POOL, _ENABLED
     with _LOCK:
         pool, _POOL, _ENABLED = _POOL, None, False
+    jedi_client.offload_to(None)
     if pool is not None:
         pool.shutdown(wait=False, cancel_futures=True)
