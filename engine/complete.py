@@ -172,7 +172,7 @@ class Engine(DecodeLoop):
             else:  # prompt + the longest completion + a draft under verification
                 n_ctx = s.model.context_tokens + s.generation.max_tokens_multiline + s.generation.draft_tokens + 16
                 lm = load_model(s.model_dir(), s.model.device, s.model.dtype, s.model.threads, s.model.decoder,
-                                s.model.prefill_dtype, engine, n_ctx)
+                                s.model.prefill_dtype, engine, n_ctx, s.model.cuda_graph)
             report("building the FIM prompt template", 50)
             template, fim_source = choose_template(lm, s.model.fim_template)
             # prompt + generated tokens stay inside the model window (positions the model was trained on)

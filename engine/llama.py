@@ -431,8 +431,18 @@ class LlamaDecoder:
         return logits[0] if last_only else logits
 
     def decode_step(self, ids: torch.Tensor) -> torch.Tensor:
-        """One token (long ``[1]`` on the device) at position ``length``: logits ``[vocab]``. Eager
-        unless :meth:`compile_decode_step` ran; then the fixed-shape step of :meth:`_static_step`."""
+        """One token (long ``[1]`` on the device) at position ``length``: logits ``[vocab]``. A replay
+        of the CUDA graph when :meth:`capture_decode_graph` ran, the fixed-shape step of
+        :meth:`_static_step` through ``torch.compile`` when :meth:`compile_decode_step` ran, else
+        eager (:meth:`forward`). Raises ValueError past the cache capacity."""
+        if self._graph is not None:
+            graph, ids_in, pos_in, logits = self._graph
+            self._reserve(self.length + 1)  # the capacity check (the cache is allocated whole: it never moves)
+            ids_in.copy_(ids)  # device to device: no host synchronisation
+            pos_in.fill_(self.length)  # a fill kernel with the host's int: no synchronisation either
+            graph.replay()
+            self.length += 1
+            return logits.clone()  # the graph's output buffer is overwritten by the next replay
         if self._compiled is None:
             return self.forward(ids)
         self._reserve(self.length + 1)  # a grown cache has another shape: torch.compile recompiles once
@@ -444,6 +454,42 @@ class LlamaDecoder:
         return logits
 
     _compiled = None
+    _graph = None  # (torch.cuda.CUDAGraph, ids [1], position [1], logits [vocab]) once captured
+
+    def capture_decode_graph(self) -> float:
+        """Serve :meth:`decode_step` by replaying :meth:`_static_step` captured once as a CUDA graph
+        (``torch.cuda.CUDAGraph``, no compile). On the GPU day's H200 (docs/benchmarks.md, session 22)
+        the eager step of the embedded model took 37.9 ms, its static step 2.6 ms and the replay 0.39 ms
+        (the logits equal): an eager step is a few hundred kernel launches, a replay one. The cache is
+        allocated at its full capacity first (the graph reads and writes it by address; at most
+        ``layers x 2 x kv_heads x capacity x head_dim`` values), and the capture runs at position
+        ``capacity - 1``, past every cached one. Returns the capture's seconds. Raises RuntimeError
+        off CUDA (the capture's own errors pass through; the caller keeps the eager step)."""
+        if self.device.type != "cuda":
+            raise RuntimeError(f"CUDA graphs need a CUDA device; the model is on {self.device}")
+        import time
+
+        t0 = time.perf_counter()
+        self._reserve(self.capacity)
+        ids = torch.zeros(1, dtype=torch.long, device=self.device)
+        pos = torch.full((1,), self.capacity - 1, dtype=torch.long, device=self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.inference_mode(), torch.cuda.stream(side):
+            for _ in range(3):  # warm-up on a side stream, as a capture asks
+                self._static_step(ids, pos)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph):
+            logits = self._static_step(ids, pos)
+        torch.cuda.synchronize(self.device)
+        self._graph = (graph, ids, pos, logits)
+        return time.perf_counter() - t0
+
+    @property
+    def decode_graph(self) -> bool:
+        """Is the decode step a CUDA graph's replay (:meth:`capture_decode_graph`)?"""
+        return self._graph is not None
 
     def compile_decode_step(self, **options) -> None:
         """Route :meth:`decode_step` through ``torch.compile`` of :meth:`_static_step` (compiled on

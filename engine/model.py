@@ -210,6 +210,21 @@ def _set_prefill_dtype(loaded: LoadedModel, requested: str) -> LoadedModel:
     return loaded
 
 
+def _capture_decode_graph(loaded: LoadedModel, enabled: bool) -> LoadedModel:
+    """On CUDA, make the own decoder's decode step a CUDA graph's replay
+    (:meth:`engine.llama.LlamaDecoder.capture_decode_graph`) when ``enabled`` (the ``model.cudaGraph``
+    setting); a capture that fails is logged and the step stays eager."""
+    model = loaded.model
+    if not enabled or loaded.device.type != "cuda" or not hasattr(model, "capture_decode_graph"):
+        return loaded
+    try:
+        seconds = model.capture_decode_graph()
+        log.info("the decode step of %s is a CUDA graph (captured in %.2f s)", loaded.name, seconds)
+    except Exception as exc:  # noqa: BLE001 (the eager step still works: say why, go on)
+        log.warning("the decode step stays eager: its CUDA graph did not capture (%s: %s)", type(exc).__name__, exc)
+    return loaded
+
+
 def check_model_dir(path: Path) -> None:
     """Raise ModelError with the fix when ``path`` is not a loadable safetensors HF checkpoint."""
     if not path.exists():
@@ -311,7 +326,7 @@ def load_own_decoder(path: Path, dev, dt, capacity: int = 0):
 
 def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", threads: int = 0,
                decoder: str = "auto", prefill_dtype: str = "same", backend: str = "auto",
-               n_ctx: int = 4096) -> LoadedModel:
+               n_ctx: int = 4096, cuda_graph: bool = True) -> LoadedModel:
     """Load tokenizer and causal LM from ``path`` onto the resolved device: a checkpoint directory, a
     GGUF file (always on the own decoder) or ``ollama:NAME[:TAG]`` (:mod:`engine.model_store`).
     ``decoder``: ``"auto"`` runs Llama, Qwen2 and Mistral checkpoints on the own decoder
@@ -321,7 +336,8 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
     file on llama.cpp on the CPU when llama-cpp-python is installed); ``n_ctx``: the positions a
     request uses (prompt + completion + a draft, tokens): what llama.cpp's context holds and the own
     decoder allocates its RoPE tables and KV cache for (at most the model window; a file declaring a
-    window of a million positions costs no more than one declaring 4k). Raises ModelError."""
+    window of a million positions costs no more than one declaring 4k); ``cuda_graph``: on CUDA, the
+    own decoder's decode step as a CUDA graph (:func:`_capture_decode_graph`). Raises ModelError."""
     import torch
 
     from .backends import check_engine, gguf_engine
@@ -337,7 +353,8 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
         dt = resolve_dtype(dtype, dev)
         if gguf_engine(engine, dev) == "llama-cpp":
             return _load_llama_cpp(path, source.name, threads, n_ctx)
-        return _set_prefill_dtype(_load_gguf(path, source.name, dev, dt, threads, decoder, n_ctx), prefill_dtype)
+        return _capture_decode_graph(_set_prefill_dtype(_load_gguf(path, source.name, dev, dt, threads, decoder, n_ctx),
+                                                        prefill_dtype), cuda_graph)
     check_model_dir(path)
     if engine == "llama-cpp":
         raise ModelError(f"model.backend \"llama-cpp\" runs GGUF files and {path} is a checkpoint directory; set "
@@ -348,8 +365,9 @@ def load_model(path: Path | str, device: str = "auto", dtype: str = "auto", thre
         raise ModelError(f"unknown decoder {decoder!r}; use \"auto\" or \"transformers\"")
     own = load_own_decoder(path, dev, dt, n_ctx) if decoder == "auto" else None
     if own is not None:
-        return _set_prefill_dtype(_finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions,
-                                          own.parameters, threads, path=str(path)), prefill_dtype)
+        loaded = _finish(own, _load_tokenizer(path), dev, dt, path.name, own.cfg.max_positions, own.parameters,
+                         threads, path=str(path))
+        return _capture_decode_graph(_set_prefill_dtype(loaded, prefill_dtype), cuda_graph)
 
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -47,6 +47,9 @@ class ModelSettings:
     # positions, so a completion does not depend on what the KV cache held) | "same" (the model's
     # dtype) | "bfloat16" | "float32"
     prefill_dtype: str = "auto"
+    # on CUDA, the own decoder's decode step as a CUDA graph's replay (engine.llama.LlamaDecoder.capture_decode_graph:
+    # on the GPU day's H200, 0.39 ms against 37.9 ms eager for the embedded model); false: eager steps
+    cuda_graph: bool = True
     fim_template: str = "auto"  # "auto" | "fsm-complete" | "starcoder" | "qwen" | "deepseek" | "codellama"
     context_tokens: int = _at_most(1024, 1 << 22)  # prompt budget (tokens), capped by the model window
     threads: int = _at_most(0, 4096)  # CPU threads for torch; 0: auto (1 for models under 50 M parameters, else torch's default)

@@ -100,6 +100,36 @@ def test_constrained_completion_is_valid_and_matches_the_cpu_one_mostly(gpu, cpu
     assert g.text.splitlines()[0][:6] == c.text.splitlines()[0][:6]
 
 
+@pytest.mark.skipif(not ON_CUDA, reason="CUDA graphs")
+def test_the_decode_step_replays_a_cuda_graph_with_the_eager_step_s_logits(gpu):
+    """``model.cudaGraph`` (on by default): the load captured the static decode step; steps through
+    it, a rollback between them, give the logits the eager steps give (bf16: the graph attends over
+    the whole cache under a mask, the eager step over the cached slice)."""
+    model = gpu.lm.model
+    assert model.decode_graph
+    ids = gpu.lm.tokenizer.encode(DEMO[0] + "'__main__':\n    main(sys.argv)\n", add_special_tokens=False)
+
+    def steps() -> list[torch.Tensor]:
+        gpu.kv.reset()
+        gpu.kv.prefill(ids[:-4])
+        out = [gpu.kv.decode_one_token(t).float().cpu() for t in ids[-4:-2]]
+        gpu.kv.decode_one_token(999)
+        gpu.kv.drop_last(1)
+        out += [gpu.kv.decode_one_token(t).float().cpu() for t in ids[-2:]]
+        return out
+
+    replayed = steps()
+    graph, model._graph = model._graph, None
+    try:
+        eager = steps()
+    finally:
+        model._graph = graph
+    gpu.kv.reset()
+    for r, e in zip(replayed, eager):
+        assert float((r - e).abs().max()) < 0.25
+        assert int(r.argmax()) == int(e.argmax()) or float(e.max() - e[int(r.argmax())]) < 0.1
+
+
 @pytest.mark.skipif(not ON_CUDA, reason="counts CUDA synchronisations")
 def test_host_synchronisations_per_token_are_few(gpu):
     """The decode loop reads one small tensor per step (the chosen token and three numbers); a

@@ -185,6 +185,16 @@ def test_fixed_shape_decode_step_equals_the_eager_one(shipped):
             assert (got - want[i]).abs().max().item() < TOL
 
 
+def test_a_cuda_graph_is_captured_on_cuda_only(shipped):
+    """``model.cudaGraph``: on the CPU the load leaves the eager step, and asking for a capture
+    says why it cannot (tests/test_cuda.py checks the replay on a GPU)."""
+    _, own = shipped
+    assert not own.decode_graph
+    with pytest.raises(RuntimeError, match="CUDA graphs need a CUDA device"):
+        own.capture_decode_graph()
+    assert not load_model(DEFAULT_MODEL_DIR, "cpu", cuda_graph=True).model.decode_graph
+
+
 def test_one_row_steps_use_the_transposed_copy_up_to_its_size_limit(tmp_path, monkeypatch):
     """A small model on the CPU keeps ``[in, out]`` copies of its projections for decode steps; its
     steps equal those through the stored layout, and a model over :data:`ROW_COPY_MAX_BYTES` keeps
