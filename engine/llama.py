@@ -28,6 +28,7 @@ transformers' to about 1e-5 (tests/test_llama.py checks 1e-4).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
@@ -404,25 +405,26 @@ class LlamaDecoder:
         mask = self._mask(start, n)
         rows = self._rows if n == 1 and not low else None
         x = F.embedding(ids, embed)  # [n, hidden]
-        for i, layer in enumerate(layers):
-            row = rows[0][i] if rows else _NO_ROWS
-            h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
-            qkv = _project(h, layer.qkv, row[0], layer.qkv_bias)  # [n, (nh + 2 nkv) * hd]
-            qk, v = qkv.view(n, nh + 2 * nkv, hd).transpose(0, 1).split((nh + nkv, nkv), dim=0)
-            q, k = rope(qk, cos, ssin).split((nh, nkv), dim=0)  # [nh, n, hd], [nkv, n, hd]
-            cache = self.kv[i]
-            cache[0, 0, :, start:end] = k
-            cache[1, 0, :, start:end] = v
-            keys, values = cache[0, :, :, :end], cache[1, :, :, :end]  # [1, nkv, end, hd]
-            if dtype != self.dtype:
-                keys, values = keys.to(dtype), values.to(dtype)
-            att = F.scaled_dot_product_attention(q.unsqueeze(0), keys, values, attn_mask=mask,
-                                                 enable_gqa=nh != nkv)  # [1, nh, n, hd]
-            att = att[0].transpose(0, 1).reshape(n, nh * hd)
-            x = x + _project(att, layer.o, row[1], layer.o_bias)
-            h = rms_norm(x, layer.post_norm, cfg.rms_norm_eps)
-            gate, up = _project(h, layer.gate_up, row[2], layer.gate_up_bias).chunk(2, dim=-1)
-            x = x + _project(F.silu(gate) * up, layer.down, row[3], layer.down_bias)
+        with _attention_backends(self.device, n):
+            for i, layer in enumerate(layers):
+                row = rows[0][i] if rows else _NO_ROWS
+                h = rms_norm(x, layer.input_norm, cfg.rms_norm_eps)
+                qkv = _project(h, layer.qkv, row[0], layer.qkv_bias)  # [n, (nh + 2 nkv) * hd]
+                qk, v = qkv.view(n, nh + 2 * nkv, hd).transpose(0, 1).split((nh + nkv, nkv), dim=0)
+                q, k = rope(qk, cos, ssin).split((nh, nkv), dim=0)  # [nh, n, hd], [nkv, n, hd]
+                cache = self.kv[i]
+                cache[0, 0, :, start:end] = k
+                cache[1, 0, :, start:end] = v
+                keys, values = cache[0, :, :, :end], cache[1, :, :, :end]  # [1, nkv, end, hd]
+                if dtype != self.dtype:
+                    keys, values = keys.to(dtype), values.to(dtype)
+                att = F.scaled_dot_product_attention(q.unsqueeze(0), keys, values, attn_mask=mask,
+                                                     enable_gqa=nh != nkv)  # [1, nh, n, hd]
+                att = att[0].transpose(0, 1).reshape(n, nh * hd)
+                x = x + _project(att, layer.o, row[1], layer.o_bias)
+                h = rms_norm(x, layer.post_norm, cfg.rms_norm_eps)
+                gate, up = _project(h, layer.gate_up, row[2], layer.gate_up_bias).chunk(2, dim=-1)
+                x = x + _project(F.silu(gate) * up, layer.down, row[3], layer.down_bias)
         self.length = end
         if last_only:
             x = x[-1:]
@@ -527,6 +529,19 @@ class LlamaDecoder:
 
 
 _NO_ROWS = (None, None, None, None)
+
+
+def _attention_backends(device: torch.device, n: int):
+    """The attention kernels for ``n`` query rows on ``device``: on CUDA a single row (an eager
+    decode step) leaves cuDNN's out, which plans each new key length again: on the GPU day's H200
+    the embedded model's eager step took 37.5 ms with it and 2.7 ms without (docs/benchmarks.md,
+    session 22; the decode step is a CUDA graph's replay by default, 0.42 ms). Elsewhere torch's
+    choice (a no-op context)."""
+    if device.type != "cuda" or n != 1:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def _project(x: torch.Tensor, weight: torch.Tensor, weight_t: torch.Tensor | None,

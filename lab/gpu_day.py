@@ -386,10 +386,33 @@ def train_config(shape: dict, work: Path, device: str, deadline_s: float):
                        deadline_s=deadline_s, **shape)
 
 
-def train_phase(out: Path, work: Path, pack: Path, dry: bool, budget: float) -> dict:
-    """The train phase (see the module docstring); writes ``out/train.json`` and the shards."""
+def shape_named(name: str) -> dict:
+    """:data:`SHAPE`'s run with the model shape of the candidate ``name`` (:func:`lab.shapes.name`,
+    e.g. ``h256-l10-a8k4-v8k-s512``) from :data:`lab.shapes.CANDIDATES`. Raises ValueError for a
+    name that is not one."""
+    from .shapes import CANDIDATES
+    from .shapes import name as shape_name
+
+    for cand in CANDIDATES:
+        if shape_name(cand) == name:
+            return {**SHAPE, **cand}
+    raise ValueError(f"no candidate shape {name!r}; lab.shapes.CANDIDATES has "
+                     + ", ".join(shape_name(c) for c in CANDIDATES))
+
+
+def train_reserve(budget: float) -> float:
+    """Seconds of a train phase of ``budget`` s kept after the loop's deadline for evaluation, saving
+    and shards: :data:`TRAIN_RESERVE_S`, or a fifth of a short budget (the first day's 15.7 M model
+    needed 13 s)."""
+    return min(TRAIN_RESERVE_S, 0.2 * budget)
+
+
+def train_phase(out: Path, work: Path, pack: Path, dry: bool, budget: float, shape_name: str = "") -> dict:
+    """The train phase (see the module docstring); writes ``out/train.json`` and the shards.
+    ``shape_name``: another candidate's shape (:func:`shape_named`) than :data:`SHAPE`'s."""
     t0 = time.perf_counter()
-    shape = DRY_SHAPE if dry else SHAPE
+    shape = shape_named(shape_name) if shape_name else SHAPE  # a wrong name fails the dry run too
+    shape = DRY_SHAPE if dry else shape
     result: dict = {"phase": "train", "dry_run": dry, "budget_s": budget, "status": "started", "shape": shape,
                     "pack": str(pack)}
     _write_json(out / TRAIN_FILE, result)
@@ -412,7 +435,7 @@ def train_phase(out: Path, work: Path, pack: Path, dry: bool, budget: float) -> 
             train_tokenizer(tokenizer_sample(texts, cfg.tokenizer_chars, cfg.seed), cfg.vocab_size, tok_dir)
         result["tokenizer_s"] = round(time.perf_counter() - t0 - result["load_s"], 1)
         spent = time.perf_counter() - t0
-        cfg.deadline_s = DRY_DEADLINE_S if dry else max(30.0, budget - spent - TRAIN_RESERVE_S)
+        cfg.deadline_s = DRY_DEADLINE_S if dry else max(30.0, budget - spent - train_reserve(budget))
         result["deadline_s"] = cfg.deadline_s
         figures = train(cfg, sources)
         result["training"] = figures
@@ -607,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--budget", type=float, help="seconds (default: BUDGET_S's check, train_max)")
         if name == "train":
             sp.add_argument("--pack", type=Path, default=REPO / ".corpus-pack")
+            sp.add_argument("--shape", default="", help="a lab.shapes candidate's name (default: SHAPE, DAY_SHAPE's)")
     sp = sub.add_parser("pack-tiny")
     sp.add_argument("out", type=Path)
     sp = sub.add_parser("finish")
@@ -638,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
             res = check_phase(args.out, args.work, args.dry_run, budget)
             print(json.dumps({k: v.get("status") for k, v in res["steps"].items()}), file=sys.stderr)
             return 0
-        res = train_phase(args.out, args.work, args.pack, args.dry_run, budget)
+        res = train_phase(args.out, args.work, args.pack, args.dry_run, budget, args.shape)
         print(f"train: {res['status']} {res.get('error', '')}", file=sys.stderr)
         return 0 if res["status"] == "ok" else 1
     if args.cmd == "pack-tiny":

@@ -6,8 +6,7 @@ through :class:`engine.complete.Engine` and measures, each step bounded and reco
 
 - ``prefill``: prompt processing of a 400-token prompt from an empty KV cache, ms (median of 5);
 - ``decode_step``: one ``decode_one_token`` on the KV cache, ms (median of 64 steps after 8 warm-up):
-  the engine's as loaded (``graph``: a CUDA graph's replay), and on CUDA the eager one and the eager
-  one without cuDNN's attention;
+  the engine's as loaded (``graph``: a CUDA graph's replay), and on CUDA the eager one;
 - ``mask``: one step's token mask on the device over the model's logits (151,936 on the 0.5 B
   stand-in): ``mask_logits`` + ``choose_token`` (masked argmax, the allowed mass, the four numbers
   read back in one transfer), µs (median of 200), and the host-side memo hit of ``StepMask.blocked``;
@@ -140,8 +139,7 @@ def probe(model: str, device: str, seconds: float, out: Path) -> dict:
 
     def decode_step():
         """The engine's step as loaded (a CUDA graph's replay when ``model.cudaGraph`` captured one),
-        then, on CUDA, the eager step, and the eager step with each attention backend but cuDNN's
-        (``torch.nn.attention.sdpa_kernel``): cuDNN builds a plan for each new key length."""
+        then the eager step (``LlamaDecoder.forward``, cuDNN's attention left out for one row)."""
         p50, low = steps_ms()
         out = {"ms_p50": p50, "ms_min": low, "graph": bool(getattr(lm.model, "decode_graph", False))}
         graph = getattr(lm.model, "_graph", None)
@@ -149,10 +147,6 @@ def probe(model: str, device: str, seconds: float, out: Path) -> dict:
             lm.model._graph = None
             try:
                 out["eager_ms_p50"] = steps_ms()[0]
-                from torch.nn.attention import SDPBackend, sdpa_kernel
-
-                with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
-                    out["eager_no_cudnn_ms_p50"] = steps_ms()[0]
             finally:
                 lm.model._graph = graph
         kv.reset()

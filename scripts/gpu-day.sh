@@ -7,10 +7,12 @@
 #   bash scripts/gpu-day.sh --print-run  the device `run` call: command, carry, timeout_s
 #
 # Options: --out DIR (default $OUT; on the dry run runs/gpu-day-dry/out), --work DIR (scratch;
-# default /tmp/gpu-day-work, on the dry run runs/gpu-day-dry/work), --phase check|train|all.
+# default /tmp/gpu-day-work, on the dry run runs/gpu-day-dry/work), --phase check|train|all,
+# --shape NAME (train another lab.shapes candidate than DAY_SHAPE), --train-s S (the train phase's
+# budget instead of what the day leaves: a short second run in the device time left).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DRY=0 PHASE=all OUTDIR=${OUT:-} WORK="" PY=${PYTHON:-python3}
+DRY=0 PHASE=all OUTDIR=${OUT:-} WORK="" PY=${PYTHON:-python3} SHAPE="" TRAIN_FIXED=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1 ;;
@@ -18,7 +20,9 @@ while [ $# -gt 0 ]; do
     --out) OUTDIR=$2; shift ;;
     --work) WORK=$2; shift ;;
     --phase) PHASE=$2; shift ;;
-    *) echo "gpu-day.sh: unknown option $1 (--dry-run, --print-run, --out DIR, --work DIR, --phase check|train|all)" >&2; exit 2 ;;
+    --shape) SHAPE=$2; shift ;;
+    --train-s) TRAIN_FIXED=$2; shift ;;
+    *) echo "gpu-day.sh: unknown option $1 (--dry-run, --print-run, --out DIR, --work DIR, --phase check|train|all, --shape NAME, --train-s S)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -54,8 +58,10 @@ if [ $PHASE != check ]; then
   fi
   TRAIN_S=$(( DAY_S - ($(date +%s) - T0) ))
   [ $TRAIN_S -le $TRAIN_MAX_S ] || TRAIN_S=$TRAIN_MAX_S
-  echo "gpu-day: train budget $TRAIN_S s"
-  timeout --kill-after=5 $(( TRAIN_S + 10 )) "$PY" -m lab.gpu_day train --out "$OUTDIR" --work "$WORK" --pack "$PACK" --budget $TRAIN_S $FLAG
+  [ -z "$TRAIN_FIXED" ] || TRAIN_S=$TRAIN_FIXED
+  echo "gpu-day: train budget $TRAIN_S s${SHAPE:+, shape $SHAPE}"
+  timeout --kill-after=5 $(( TRAIN_S + 10 )) "$PY" -m lab.gpu_day train --out "$OUTDIR" --work "$WORK" --pack "$PACK" \
+    --budget $TRAIN_S ${SHAPE:+--shape $SHAPE} $FLAG
   RC_TRAIN=$?
   echo "gpu-day: train ended with status $RC_TRAIN at $(( $(date +%s) - T0 )) s"
 fi
