@@ -226,8 +226,9 @@ class Engine(DecodeLoop):
     def warm_up(self, prefix: str, suffix: str, stop: threading.Event | None = None) -> int:
         """Warm-up, prefill on edit: prefill the KV cache (and lex the prefix) for a cursor at the
         end of ``prefix`` before anyone asks, so that the next request there (or a few characters
-        further) only prefills what was typed since. Trailing spaces are left out (a request may
-        hand a typed space back to the model). Does nothing when the engine is busy or not loaded;
+        further) only prefills what was typed since. Trailing spaces and the half-typed word at the
+        end are left out, as a request's token healing gives them back to the model
+        (:func:`engine.spec.healed_text`). Does nothing when the engine is busy or not loaded;
         ``stop`` set (a request arrived) ends it after the current chunk of
         :attr:`WARM_UP_CHUNK` tokens. Returns the prompt tokens newly prefilled. Never raises: a
         failure only costs the warm-up (the KV cache is reset)."""
@@ -241,7 +242,10 @@ class Engine(DecodeLoop):
             prefix = prefix.rstrip(" ")
             if self.settings.constraints.enabled:
                 self.prefix_lexer.lex(prefix, detect_indent_style(prefix))
-            prompt = self.builder.build(prefix, suffix)
+            # the prompt a request here builds: without the half-typed word token healing gives back
+            # (Engine._start), so the prefix's cut and every token before the word are the same
+            heal = healed_text(prefix, prefix[prefix.rfind("\n") + 1:], suffix)
+            prompt = self.builder.build(prefix[: len(prefix) - len(heal)], suffix)
             _, reused = self.kv.prefill(prompt.ids, chunk=self.WARM_UP_CHUNK, stop=stop)
             prefilled = len(self.kv.ids) - reused
         except Exception:  # a warm-up must never take the server down

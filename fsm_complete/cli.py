@@ -347,7 +347,7 @@ def add_bench_parser(sub):
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", default="bench-out")
     sp.add_argument("--corpus", help="directory of .py files (default: held-out standard-library files; for the "
-                    "workspace kind the installed sympy and mpmath, projects the default model never saw)")
+                    "workspace kind the installed mpmath and fsspec, projects the default model never saw)")
     sp.add_argument("--model", help="Hugging Face checkpoint directory, GGUF file or ollama:NAME[:TAG] "
                                     "(default: the embedded model)")
     sp.add_argument("--device", help="auto, cpu, cuda")

@@ -2,9 +2,10 @@
 
 Tasks: ``line`` tasks (cursor at a random point of a code line, target = the rest of the line,
 :func:`lab.tasks.spans_for_file`) in corpus files that sit in a package, i.e. a folder with other
-Python files and an ``__init__.py``. Default corpus: :func:`unseen_projects`, the installed sympy and
-mpmath (torch's own dependencies, so present wherever the engine runs; BSD-licensed and not in the
-default model's training corpus, docs/model.md): a user's project is code the model never saw. The
+Python files and an ``__init__.py``. Default corpus: :func:`unseen_projects`, the installed mpmath and
+fsspec (torch's own dependencies, so present wherever the engine runs; BSD-licensed and not in the
+default model's training corpus, docs/model.md; sympy was until session 22, whose model trained on
+the corpus pack, sympy included): a user's project is code the model never saw. The
 held-out standard-library files (``--corpus`` of the stdlib) are no such test: the model never
 trained on ``email/encoders.py`` itself, but it did on all its siblings, so it already "knows the
 project" and the siblings can add little. The project is the file's siblings: the workspace slice
@@ -34,7 +35,7 @@ from .usefulness import USEFUL_SIMILARITY, edit_similarity
 KIND = "workspace"
 
 
-UNSEEN_PACKAGES = ("sympy", "mpmath")
+UNSEEN_PACKAGES = ("mpmath", "fsspec")  # sympy until session 22: the GPU day's corpus pack has it
 
 
 def unseen_projects() -> list[Path]:

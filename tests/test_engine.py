@@ -331,13 +331,14 @@ E16 = "for a in range(5):\n    █\n    if a == 2:\n        break\n"  # /work/sh
 
 def test_the_retries_share_one_attempts_token_budget(engine):
     """Issue #33 item 3: no request decodes more tokens over all its attempts than one attempt's
-    ``max_tokens``. E16's empty loop body is refused three times (``if a == 2:`` repeating the line
-    below, ``return a`` outside a function, a docstring that loops) before ``i = 0``: 40 tokens in
-    four attempts, so with a budget of 24 the retries decoded 40 before; now the last retry gets
-    what is left."""
+    ``max_tokens``. With stage 5's model E16's empty loop body was refused three times (``if a ==
+    2:`` repeating the line below, ``return a`` outside a function, a docstring that loops) before
+    ``i = 0``: 40 tokens in four attempts, so with a budget of 24 the retries decoded 40 before; now
+    the last retry gets what is left. The GPU day's model may need no retry here; the rule with
+    retries forced is pinned by the names-judge test above (every attempt blamed)."""
     prefix, suffix = E16.split("█")
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=24))
-    assert result.retries >= 1 and result.decoded_tokens <= 24, (result.retries, result.decoded_tokens)
+    assert result.decoded_tokens <= 24, (result.retries, result.decoded_tokens)
     assert [b.reason for b in result.retry_bans] == ["refused-in-valid-code"] * result.retries
     # with the budget the LSP tests give a multi-line completion (64), the retries still find a text
     result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=64))

@@ -75,13 +75,21 @@ def test_d09_bad_metadata_is_one_message_naming_the_key(base, tmp_path, name):
 
 
 # siblings: other keys, other types, other ranges, and a tensor table that contradicts the metadata
+# the shipped model's sizes, which the GGUF file is written from: each sibling breaks one of them
+_CFG = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())
+HIDDEN, FFN, LAYERS = _CFG["hidden_size"], _CFG["intermediate_size"], _CFG["num_hidden_layers"]
+HEADS = _CFG["num_attention_heads"]
+KV_NOT_DIVIDING = HEADS - 1  # does not divide the heads (more than two of them)
+HEADS_NOT_DIVIDING = next(n for n in range(3, HIDDEN) if HIDDEN % n)  # does not divide the hidden size
+
 SIBLINGS = {
     "alignment not a power of two": ({"values": {"general.alignment": ("u32", 24)}}, "general.alignment is 24"),
-    "kv heads do not divide the heads": ({"values": {"llama.attention.head_count_kv": ("u32", 3)}},
-                                         "head_count_kv is 3, which does not divide"),
-    "heads do not divide the hidden size": ({"values": {"llama.attention.head_count": ("u32", 12)},
+    "kv heads do not divide the heads": ({"values": {"llama.attention.head_count_kv": ("u32", KV_NOT_DIVIDING)}},
+                                         f"head_count_kv is {KV_NOT_DIVIDING}, which does not divide"),
+    "heads do not divide the hidden size": ({"values": {"llama.attention.head_count": ("u32", HEADS_NOT_DIVIDING)},
                                              "drop": ("llama.attention.key_length",)},
-                                            "head_count is 12, which does not divide llama.embedding_length 256"),
+                                            f"head_count is {HEADS_NOT_DIVIDING}, which does not divide "
+                                            f"llama.embedding_length {HIDDEN}"),
     "hidden size a float": ({"values": {"llama.embedding_length": ("f32", 256.0)}},
                             "llama.embedding_length is 256.0 (a number)"),
     "rope base a string": ({"values": {"llama.rope.freq_base": ("str", "1e4")}}, "llama.rope.freq_base is '1e4'"),
@@ -93,11 +101,11 @@ SIBLINGS = {
     "template a boolean": ({"values": {"fsm_complete.fim_template": ("bool", True)}}, "fsm_complete.fim_template"),
     "context of 2**32": ({"values": {"llama.context_length": ("u64", 2**32)}},
                          "llama.context_length is 4,294,967,296"),
-    "more layers than the table": ({"values": {"llama.block_count": ("u32", 7)}},
-                                   "llama.block_count is 7 and the tensor table has blk.0 to blk.5"),
+    "more layers than the table": ({"values": {"llama.block_count": ("u32", LAYERS + 1)}},
+                                   f"llama.block_count is {LAYERS + 1} and the tensor table has blk.0 to blk.{LAYERS - 1}"),
     "layers a billion": ({"values": {"llama.block_count": ("u32", 10**9)}}, "llama.block_count is 1,000,000,000"),
-    "sizes that the tensors contradict": ({"values": {"llama.feed_forward_length": ("u32", 700)}},
-                                          "tensor blk.0.ffn_gate.weight has the shape [688, 256]"),
+    "sizes that the tensors contradict": ({"values": {"llama.feed_forward_length": ("u32", FFN + 12)}},
+                                          f"tensor blk.0.ffn_gate.weight has the shape [{FFN}, {HIDDEN}]"),
     "a tensor off the alignment": ({"offsets": {"blk.0.attn_q.weight": 8}}, "tensor blk.0.attn_q.weight starts at "
                                                                             "data offset 8"),
     "two tensors in one place": ({"offsets": {"blk.1.attn_q.weight": 0}}, "overlap"),

@@ -30,6 +30,9 @@ F16_TOL = 1e-3
 Q8_TOL = 0.5
 Q8_TOP1 = 0.9  # share of positions whose argmax agrees with the safetensors model
 
+# the shipped model's parameter count as its training run recorded it (the GGUF files are written from it)
+SHIPPED_PARAMETERS = json.loads((DEFAULT_MODEL_DIR / "training.json").read_text())["parameters"]
+
 
 def tiny_checkpoint(path, kind: str):
     """A tiny random ``kind`` ("llama": untied head, grouped-query attention; "llama3": Llama 3.1 RoPE
@@ -130,14 +133,23 @@ def test_k_quants_are_dequantised_row_by_row(tmp_path, kind):
 
     qtype = getattr(gguf.GGMLQuantizationType, kind)
     block, size = gguf.GGML_QUANT_SIZES[qtype]
+    import json
+
+    cfg = json.loads((DEFAULT_MODEL_DIR / "config.json").read_text())
+    hidden, ffn = cfg["hidden_size"], cfg["intermediate_size"]
+    # a block covers a row's `block` values: the tensor whose rows are a whole number of blocks
+    # (ffn_up is [intermediate, hidden], ffn_down [hidden, intermediate])
+    gg, hf, rows, cols = (("blk.0.ffn_up.weight", "model.layers.0.mlp.up_proj.weight", ffn, hidden) if hidden % block == 0
+                          else ("blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight", hidden, ffn))
+    assert cols % block == 0
     rng = np.random.default_rng(0)
-    data = rng.integers(0, 256, (688, 256 // block * size), dtype=np.uint8)  # ffn_up: [intermediate 688, hidden 256]
+    data = rng.integers(0, 256, (rows, cols // block * size), dtype=np.uint8)
     data[:, 1::2] &= 0x3B  # every odd byte (so the high byte of each float16 scale) small: finite scales
-    path = write_gguf(DEFAULT_MODEL_DIR, tmp_path / f"{kind}.gguf", "F16", raw={"blk.0.ffn_up.weight": (data, kind)})
+    path = write_gguf(DEFAULT_MODEL_DIR, tmp_path / f"{kind}.gguf", "F16", raw={gg: (data, kind)})
     ckpt = read_checkpoint(path)
-    got = load_weights(ckpt, torch.float32)["model.layers.0.mlp.up_proj.weight"]
+    got = load_weights(ckpt, torch.float32)[hf]
     want = torch.from_numpy(gguf.quants.dequantize(data, qtype))
-    assert got.shape == (688, 256) and torch.equal(got, want)
+    assert got.shape == (rows, cols) and torch.equal(got, want)
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama3", "llama-bias", "qwen2"])
@@ -203,7 +215,7 @@ def test_model_info_says_what_was_loaded(files):
     engine.load()
     info = engine.model_info
     assert (info.format, info.quantization, info.dtype, info.device) == ("gguf", "F16", "float32", "cpu")
-    assert (info.vocab_size, info.parameters) == (8192, 6450432)
+    assert (info.vocab_size, info.parameters) == (8192, SHIPPED_PARAMETERS)
     assert (info.fim_template, info.fim_source) == ("starcoder", "metadata")  # no template name: the FIM ids
     assert "GGUF F16" in info.summary() and "FIM template starcoder (metadata)" in info.summary()
     settings.model.fim_template = "fsm-complete"
@@ -295,10 +307,11 @@ def test_cli_shows_the_model_and_takes_the_template(files):
     info = json.loads(proc.stdout)["model_info"]
     assert {k: info[k] for k in ("format", "quantization", "dtype", "device", "vocab_size", "parameters")} == {
         "format": "gguf", "quantization": "F16", "dtype": "float32", "device": "cpu", "vocab_size": 8192,
-        "parameters": 6450432}
+        "parameters": SHIPPED_PARAMETERS}
     assert (info["fim_template"], info["fim_source"]) == ("starcoder", "metadata")
     proc = run("explain", "-:2:4", "--model", str(files["plain"]), "--fim-template", "fsm-complete")
     assert proc.returncode == 0, proc.stderr
-    assert "FIM template `fsm-complete` (setting)" in proc.stdout and "6.5 M parameters (GGUF F16)" in proc.stdout
+    shown = f"{SHIPPED_PARAMETERS / 1e6:.1f} M parameters (GGUF F16)"
+    assert "FIM template `fsm-complete` (setting)" in proc.stdout and shown in proc.stdout
     proc = run("complete", "-:2:4", "--model", str(files["plain"]), "--fim-template", "deepseek")
     assert proc.returncode == 1 and "FIM template 'deepseek' needs" in proc.stderr

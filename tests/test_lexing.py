@@ -366,3 +366,20 @@ def test_lexing_from_the_restart_point_gives_the_state_lexing_from_the_start_giv
     finally:
         mp.undo()
     assert compared > 100 and restarted > 0.9 * compared
+
+
+@pytest.mark.parametrize("text, want", [
+    ('sys.stdout.write(" {d:.1f}G"\n                 .format(', '" {d:.1f}G"\n                 .format'),
+    ("total = (rows\n         .sum(", "rows\n         .sum"),
+    ("x = a.b \\\n    .c(", "a.b \\\n    .c"),
+    ("os.path.join(", "os.path.join"),
+])
+def test_a_method_on_an_object_of_an_earlier_line_is_not_a_bare_name(text, want):
+    """Memory watchdog (the stdlib's test/memory_watchdog.py): a string on one line, ``.format(`` on
+    the next inside the call's brackets. The callee was read as the bare name ``format`` (the builtin,
+    without a ``data`` parameter) and the slots monitor refused ``data=``; an object before the dot
+    may stand on an earlier line (Language Reference 2.1.5-2.1.6)."""
+    from engine.lexing.calls import callee_before
+    from engine.lexing.scanner import scan
+
+    assert callee_before(text, len(text) - 1, scan(text)) == want

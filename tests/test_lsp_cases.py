@@ -417,6 +417,12 @@ async def test_e15_indentation_is_not_duplicated_and_matches_the_file(session: S
         if cursor_line:  # the cursor is after the indentation already
             assert not lines[0][:1].isspace(), repr(insert)
         assert set(leading_whitespace(lines)) <= {indent}, repr(insert)
+        last = buffer.rstrip("\n").rsplit("\n", 1)[-1]
+        if last.rstrip().endswith(":") and not text[offset:].strip():
+            # a block header at the end of the document, which the user goes on to fill (the GPU day's
+            # model nests a loop here): validation's rule too (engine/validate.py, _RegionJudge._check)
+            body = last[: len(last) - len(last.lstrip())] + (indent * 4 if indent == " " else indent) + "pass"
+            buffer = buffer.rstrip("\n") + "\n" + body + "\n"
         compile(buffer, "<e15>", "exec")
 
 

@@ -107,7 +107,9 @@ def test_cuda_requested_but_absent(tmp_path):
 def test_embedded_model_is_small_and_safetensors():
     files = {p.name for p in DEFAULT_MODEL_DIR.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= files
-    assert sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir()) < 30_000_000
+    # the 15.7 M model of session 22 is 32 MB; a bigger one would not travel to a GPU day with the
+    # corpus pack and the wheels (64 MiB, docs/gpu-day.md) and makes each clone heavier
+    assert sum(p.stat().st_size for p in DEFAULT_MODEL_DIR.iterdir()) < 36_000_000
 
 
 def test_a_long_prefix_is_cut_at_a_stable_line_start():

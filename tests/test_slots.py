@@ -78,6 +78,11 @@ def test_valid_calls_are_accepted(spec, prefix, completion) -> None:
 REFUSED = [
     (GET, 'requests.get(', '"u")', 3, "required-slot"),  # ruff S113
     (GET, 'requests.get(', ')', 0, "required-slot"),  # url is required positional
+    # a policy's keyword is written out: *args / **kwargs fill the signature's slots, not the policy's
+    # (the model wrote `yaml.load(f, **f.kwargs)` for ruff S506's Loader)
+    (OPEN, 'open(', 'p, *rest)', 8, "required-slot"),
+    (OPEN, 'open(', 'p, **kw)', 7, "required-slot"),
+    (GET, 'requests.get(', '"u", **kw)', 9, "required-slot"),
     (GET, 'requests.get(', '"u", time_out=3', 14, "unknown-keyword"),
     (GET, 'requests.get(', '"u", timeout=3, timeout=4', 16, "keyword-expected"),  # no unused keyword starts "t"
     (GET, 'requests.get(', '"u", timeout=3, "x"', 16, "positional-after-keyword"),

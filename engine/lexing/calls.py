@@ -29,6 +29,17 @@ def _word_before(text: str, end: int) -> tuple[int, str]:
     return j, text[j:k]
 
 
+def _space_before(text: str, end: int) -> int:
+    """The start of the white space that ends at ``end``, across lines too: the object of an
+    attribute reference may stand on an earlier line inside brackets or after a backslash
+    (``"{x}"\\n    .format(x=1)``; Language Reference 2.1.5-2.1.6), and a line cannot start with a
+    dot otherwise."""
+    k = end
+    while k > 0 and (text[k - 1] in " \t\f\r\n" or (text[k - 1] == "\\" and k < len(text) and text[k] in "\r\n")):
+        k -= 1
+    return k
+
+
 def callee_before(text: str, paren: int, sc: Scan) -> str | None:
     """The callee of the ``(`` at code-point offset ``paren`` of ``text`` (``sc``: a scan of ``text``
     up to at least ``paren``), as written (``os.path.join``, ``foo(x)``, ``"".join``); None when
@@ -55,9 +66,10 @@ def callee_before(text: str, paren: int, sc: Scan) -> str | None:
         while k > 0 and text[k - 1] in " \t":
             k -= 1
         if k > 0 and text[k - 1] == "." and not (k > 1 and text[k - 2] == "."):
-            cursor = k - 1  # an attribute reference: continue with the object before the dot
-            while cursor > 0 and text[cursor - 1] in " \t":
-                cursor -= 1
+            cursor = _space_before(text, k - 1)  # an attribute reference: continue with the object before the dot
+            if cursor > 0 and not (_is_name_char(text[cursor - 1]) or text[cursor - 1] in ")]"
+                                   or sc.string_start_before(cursor) is not None):
+                return None  # an object this scan cannot read: not the bare name after the dot
             continue
         if not is_name and k > 0 and (_is_name_char(text[k - 1]) or text[k - 1] in ")]"):
             cursor = k  # foo(x)(  /  foo [1](

@@ -116,8 +116,10 @@ class CallSlots:
         pos = self.positional + (1 if self.phase in (EXPR, NAME, NAME_WS) and self.arg_keyword is None else 0)
         params = self.spec.params or ()
         positional_params = [p.name for p in params if p.kind in ("positional_only", "positional_or_keyword")]
-        if self.star:
-            names.update(positional_params)
+        if self.star:  # *args / **kwargs may fill any parameter, but not a policy's keyword, which is
+            # written out (ruff S506/S113 and pylint PLW1510/PLW1514 look for the keyword itself)
+            policy = {req.name for req in self.spec.required_keywords}
+            names.update(p for p in positional_params if p not in policy)
         else:
             names.update(positional_params[:pos])
             for req in self.spec.required_keywords:
