@@ -472,3 +472,21 @@ def test_keeping_pace_leaves_the_finishing_its_time(engine):
     finally:
         engine._finishing.clear()
         engine._finishing.extend(saved)
+
+
+@pytest.mark.parametrize("prefix, suffix", [
+    ('label = "Not ', 'qual"\n'),  # E14 of lsp-edge-cases.md: "Not equal", never "equalqual"
+    ('msg = "Hello ', 'world"\n'),
+    ("# compute the ", "total of the values\nx = 1\n"),
+])
+def test_prose_before_a_word_never_fuses_with_it(engine, prefix, suffix):
+    """In a string or a comment the text is prose: words ending right before the word after the
+    cursor would make one word of their last and that one (the GPU day's model wrote ``quickly
+    long`` before ``qual``: ``longqual``); one word fragment may start that word (tests/test_finish.py:
+    ``e`` + ``qual``)."""
+    from engine.monitors.base import ident_char
+
+    result = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    text = result.text.rstrip(" \t")
+    glued = text and ident_char(text[-1]) and ident_char(suffix[0])
+    assert not (glued and any(ch.isspace() for ch in text.strip())), (result.text, result.finish)

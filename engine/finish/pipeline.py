@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .. import lexing
 from ..api import Cut, FinishReport
 from ..lexing.scanner import string_spans
+from ..monitors.base import ident_char
 from ..validate import region_compiles
 from .closing import closing
 from .cuts import closer_ends, cuts_expression, repeated_argument, whole_primary, word_end
@@ -25,6 +26,7 @@ from .shape import (
     copies_line_above,
     cut_to_shape,
     ends_at,
+    glues,
     in_code,
     no_dangling_indent,
     whole_word_ends,
@@ -227,9 +229,25 @@ def refusal(st: Finishing, sur: Surroundings) -> None:
         st.report.refused_in_valid_code = region_compiles(sur.prefix, sur.suffix, sur.top_level)
 
 
+def prose_word(st: Finishing, sur: Surroundings) -> None:
+    """In a string or a comment the text is prose, cut at no token end (:func:`token_ends` keeps
+    code's words whole). Before a word after the cursor, one word fragment may be the start of that
+    word (E14: ``"Not █qual"`` + ``e`` is ``equal``), but words that end glued to it make one word
+    of their last and that one (``quickly long``: ``longqual``; trailing spaces are stripped, so
+    they do not part them). Nothing is shown then (no retry: the region is as valid as before)."""
+    if st.code or st.report.word_only or not st.text or not sur.suffix[:1]:
+        return
+    text = st.text.rstrip(" \t")
+    if (sur.suffix[0].isdigit() or ident_char(sur.suffix[0])) and glues(text, sur.suffix) \
+            and any(ch.isspace() for ch in text.strip()):
+        st.cut("whole-word", "", repr(st.text))
+        st.report.replace_suffix = 0
+        st.report.line_fix = None
+
+
 STAGES: tuple[Callable[[Finishing, Surroundings], None], ...] = (
     shape, lexer_stop, token_ends, word_only, repeated, close_calls, validation, line_finishing, monitors, names,
-    primary, refusal)
+    primary, refusal, prose_word)
 
 
 def finish(draft: Draft, sur: Surroundings) -> tuple[str, FinishReport]:
