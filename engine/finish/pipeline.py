@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from .. import lexing
 from ..api import Cut, FinishReport
 from ..lexing.scanner import string_spans
-from ..monitors.base import ident_char
 from ..validate import region_compiles
 from .closing import closing
 from .cuts import closer_ends, cuts_expression, repeated_argument, whole_primary, word_end
@@ -238,8 +237,8 @@ def prose_word(st: Finishing, sur: Surroundings) -> None:
     if st.code or st.report.word_only or not st.text or not sur.suffix[:1]:
         return
     text = st.text.rstrip(" \t")
-    if (sur.suffix[0].isdigit() or ident_char(sur.suffix[0])) and glues(text, sur.suffix) \
-            and any(ch.isspace() for ch in text.strip()):
+    # before a quote the prose ends its string (``glues`` is about code there)
+    if sur.suffix[0] not in "'\"" and glues(text, sur.suffix) and any(ch.isspace() for ch in text.strip()):
         st.cut("whole-word", "", repr(st.text))
         st.report.replace_suffix = 0
         st.report.line_fix = None
