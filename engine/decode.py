@@ -131,7 +131,12 @@ class KVCache:
     """
 
     name = "torch"
-    drafts_pay = True  # a draft batch costs about one decode step here (memory-bound products)
+    @property
+    def drafts_pay(self) -> bool:
+        """Whether a draft batch costs less than two decode steps here: on the CPU about one step
+        (memory-bound products); the own decoder measures it where its step is a CUDA graph
+        (:meth:`engine.llama.LlamaDecoder.measure_drafts`)."""
+        return bool(getattr(self.model, "drafts_pay", True))
 
     def __init__(self, model, device, prefill_threads: int = 0):
         import inspect

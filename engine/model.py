@@ -210,10 +210,12 @@ def _set_prefill_dtype(loaded: LoadedModel, requested: str) -> LoadedModel:
     return loaded
 
 
-def _capture_decode_graph(loaded: LoadedModel, enabled: bool) -> LoadedModel:
+def _capture_decode_graph(loaded: LoadedModel, enabled: bool, draft_tokens: int = 4) -> LoadedModel:
     """On CUDA, make the own decoder's decode step a CUDA graph's replay
     (:meth:`engine.llama.LlamaDecoder.capture_decode_graph`) when ``enabled`` (the ``model.cudaGraph``
-    setting); a capture that fails is logged and the step stays eager."""
+    setting); a capture that fails is logged and the step stays eager. With the graph, whether a
+    draft of ``draft_tokens`` still pays is measured (:meth:`engine.llama.LlamaDecoder.measure_drafts`:
+    the batch that verifies it runs eager)."""
     model = loaded.model
     if not enabled or loaded.device.type != "cuda" or not hasattr(model, "capture_decode_graph"):
         return loaded
@@ -222,6 +224,12 @@ def _capture_decode_graph(loaded: LoadedModel, enabled: bool) -> LoadedModel:
         log.info("the decode step of %s is a CUDA graph (captured in %.2f s)", loaded.name, seconds)
     except Exception as exc:  # noqa: BLE001 (the eager step still works: say why, go on)
         log.warning("the decode step stays eager: its CUDA graph did not capture (%s: %s)", type(exc).__name__, exc)
+        return loaded
+    # a graph's step is one replay and a draft batch stays eager: measure whether drafts still pay
+    model.measure_drafts(draft_tokens)
+    step_ms, batch_ms = model.draft_timing_ms
+    log.info("a decode step %.2f ms, a draft batch of %d %.2f ms: drafts %s", step_ms, 1 + draft_tokens, batch_ms,
+             "on" if model.drafts_pay else "off")
     return loaded
 
 

@@ -582,6 +582,10 @@ def run_replay(args) -> dict:
         raise SystemExit(f"fsm-complete bench: --server-settings takes a JSON object ({exc})") from exc
     if not isinstance(settings, dict):
         raise SystemExit("fsm-complete bench: --server-settings takes a JSON object")
+    device = getattr(args, "device", "auto") or "auto"
+    if device != "auto":  # the servers typed into run where --device says (model.device), unless the settings say
+        section = settings.get("model") if isinstance(settings.get("model"), dict) else {}
+        settings["model"] = {"device": device, **section}
     result = replay.replay(tasks, [replay.Cadence(mean_ms=g) for g in gaps], seed=args.seed, model=args.model,
                            settings=settings)
     out = Path(args.out)

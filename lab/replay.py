@@ -67,6 +67,11 @@ class Cadence:
             yield gap / 1e3
 
 
+def _progress(line: str) -> None:
+    """One line of progress on stderr (a replay runs in real time: minutes)."""
+    print(f"replay: {line} at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
+
+
 LOG_DIR_ENV = "FSM_COMPLETE_REPLAY_LOGS"  # a folder: each replayed server's stderr (its log) is kept there
 
 
@@ -133,9 +138,11 @@ class Client:
             if left <= 0:
                 return None
             try:
-                self._arrived.get(timeout=left)
+                self._arrived.get(timeout=min(left, 1.0))
             except queue.Empty:
-                return None
+                if self.proc.poll() is not None and msg_id not in self.answers:
+                    raise RuntimeError(f"the replayed server exited with status {self.proc.returncode} before "
+                                       f"answering (set {LOG_DIR_ENV}=DIR to keep its log)")
         return self.answers[msg_id]
 
     def request(self, method: str, params, timeout_s: float = 300.0) -> dict:
@@ -304,8 +311,10 @@ def replay(tasks, cadences: list[Cadence], seed: int = 0, model: str | None = No
             by_cadence, by_kind = [], {}
             for c_i, cadence in enumerate(cadences):
                 rng = random.Random(seed * 1000 + c_i)
-                rows = [replay_task(client, task, f"untitled:replay-{c_i}-{i}.py", cadence, rng)
-                        for i, task in enumerate(tasks)]
+                rows = []
+                for i, task in enumerate(tasks):
+                    rows.append(replay_task(client, task, f"untitled:replay-{c_i}-{i}.py", cadence, rng))
+                    _progress(f"{mode}, {cadence.mean_ms:g} ms: task {i + 1} of {len(tasks)} ({task.kind})")
                 by_cadence.append(summarize(rows, cadence))
                 if c_i == 0:
                     for kind in sorted({r["kind"] for r in rows}):
@@ -335,6 +344,7 @@ def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = Non
         finally:
             client.close()
         times.append(None if row["first_shown"] is None else round((row["first_shown"] - t0) * 1e3, 1))
+        _progress(f"first answer: spawn {i + 1} of {min(spawns, len(tasks))}: {times[-1]} ms")
     shown = [t for t in times if t is not None]
     return {"first_answer_ms": round(statistics.median(shown), 1) if shown else None, "per_task_ms": times,
             "cadence": asdict(cadence)}

@@ -177,3 +177,16 @@ def test_an_outside_engine_s_row_samples_on_the_device(gpu):
             break
         logits = gpu.kv.decode_one_token(tok)
     assert row.dec.gen
+
+
+@pytest.mark.skipif(not ON_CUDA, reason="CUDA graphs")
+def test_with_a_graph_the_load_measured_whether_drafts_pay(gpu):
+    """With the decode step a graph's replay, a draft batch (eager) was timed against it at load
+    (``LlamaDecoder.measure_drafts``): the backend follows what was measured, and the cache the
+    measurement used is left empty (a request after it decodes as before)."""
+    model = gpu.lm.model
+    step_ms, batch_ms = model.draft_timing_ms
+    assert model.drafts_pay == (batch_ms < 2 * step_ms)
+    assert gpu.kv.drafts_pay == model.drafts_pay
+    c = gpu.complete(CompletionRequest(prefix=DEMO[0], suffix=DEMO[1]))
+    assert c.text.strip()

@@ -4,6 +4,8 @@ step-by-step decode and the KV cache's prefix reuse and rollback (engine/decode.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -193,6 +195,32 @@ def test_a_cuda_graph_is_captured_on_cuda_only(shipped):
     with pytest.raises(RuntimeError, match="CUDA graphs need a CUDA device"):
         own.capture_decode_graph()
     assert not load_model(DEFAULT_MODEL_DIR, "cpu", cuda_graph=True).model.decode_graph
+
+
+def test_measuring_drafts_leaves_the_cache_empty_and_the_backend_follows_it(shipped):
+    """``measure_drafts`` (run at load where the step is a CUDA graph; callable anywhere) times a
+    step against a draft batch, keeps the verdict and the two times, and empties the cache: the
+    next prompt's logits are a fresh run's. The backend seam reads the verdict."""
+    from engine.decode import KVCache
+
+    _, own = shipped
+    ids = torch.tensor(random_ids(40, own.cfg.vocab_size, seed=7))
+    own.truncate(0)
+    want = own.forward(ids)
+    assert own.measure_drafts(4) is own.drafts_pay
+    step_ms, batch_ms = own.draft_timing_ms
+    assert step_ms > 0 and batch_ms > 0 and own.drafts_pay == (batch_ms < 2 * step_ms)
+    assert own.length == 0
+    assert torch.equal(own.forward(ids), want)
+    kv = KVCache(own, CPU)
+    try:
+        own.drafts_pay = False
+        assert not kv.drafts_pay
+        own.drafts_pay = True
+        assert kv.drafts_pay
+    finally:
+        del own.drafts_pay  # back to the class's default
+    assert KVCache(SimpleNamespace(forward=lambda ids: ids), CPU).drafts_pay  # a model that never measured: drafts on
 
 
 def test_one_row_steps_use_the_transposed_copy_up_to_its_size_limit(tmp_path, monkeypatch):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from lab.replay import Cadence, acceptable, replay
 from lab.tasks import Task
 
@@ -42,3 +44,23 @@ def test_replay_through_the_real_server():
         assert row["requests"] >= 2 and 0 <= row["in_time"] <= 1 and 0 <= row["chars_saved"] <= 1
         assert row["latency_ms_p50"] is not None and row["latency_ms_p95"] >= row["latency_ms_p50"]
         assert set(report[mode]["by_kind"]) == {"line"}
+
+
+def test_a_server_that_exits_is_named_not_waited_for():
+    """A replayed server that died (a failed start, a crash) is reported within about a second,
+    not after the request's whole timeout (300 s for the first request)."""
+    import queue as queue_mod
+    import subprocess
+    import sys
+    import time
+
+    from lab.replay import Client
+
+    client = object.__new__(Client)
+    client.proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    client.proc.wait()
+    client.answers, client._arrived = {}, queue_mod.Queue()
+    with pytest.raises(RuntimeError, match="exited with status 3"):  # (a wait to the end would return None)
+        client.wait(1, time.perf_counter() + 60)
+    client.answers[2] = ({"id": 2}, 0.0)  # an answer that came before the exit is still read
+    assert client.wait(2, time.perf_counter() + 60) == ({"id": 2}, 0.0)
