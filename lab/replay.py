@@ -18,7 +18,8 @@ Per mode (constrained, unconstrained: ``constraints.enabled``) and per kind, :fu
 ``chars_saved`` (characters inserted by accepted suggestions / all target characters),
 ``latency_ms_p50`` / ``latency_ms_p95`` (every request, from sending it to its answer, a cancelled
 one's error answer included), ``in_time`` (share of requests whose result came before the next
-keystroke), ``accepted_lines``, ``requests``, ``cancelled``, ``sources`` (how the answers in time
+keystroke), ``first_in_time`` (share of tasks whose first request, the document's first, with a
+cold KV cache, came in time), ``accepted_lines``, ``requests``, ``cancelled``, ``sources`` (how the answers in time
 came, ``fsmComplete/lastEngineRequest``'s ``source``: ``decoded``, ``typedThrough``, ``prefetched``,
 ``lineCopy``; asked after each such answer, outside its timing) and the cadence.
 """
@@ -73,6 +74,16 @@ def _progress(line: str) -> None:
 
 
 LOG_DIR_ENV = "FSM_COMPLETE_REPLAY_LOGS"  # a folder: each replayed server's stderr (its log) is kept there
+
+
+def _trace(row: dict) -> None:
+    """With ``$FSM_COMPLETE_REPLAY_LOGS`` set, one JSON line per request (its id is the server log's
+    request id; latency and the gap to the next keystroke in ms) in ``requests.jsonl`` there."""
+    folder = os.environ.get(LOG_DIR_ENV)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "requests.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 def _server_log():
@@ -199,9 +210,11 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
     time.sleep(cadence.open_ms / 1e3)
     latencies: list[float] = []
     in_time, requests, cancelled = 0, 0, 0
+    first_in_time = False  # the document's first request (a cold KV cache, a document jedi has not parsed)
     gaps = cadence.gaps(rng)
     pending: tuple[int, float] | None = None
     sent_at: dict[int, float] = {}
+    gap_ms: dict[int, float] = {}  # the gap to the next keystroke after each request
 
     def insert(piece: str) -> None:
         nonlocal text, offset, version
@@ -226,7 +239,9 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
             "textDocument": {"uri": uri}, "position": utf16_position(text, offset), "context": {"triggerKind": 2}})
         pending = (msg_id, sent)
         sent_at[msg_id] = sent
-        next_key = sent + next(gaps)
+        gap = next(gaps)
+        next_key = sent + gap
+        gap_ms[msg_id] = gap * 1e3
         got = client.wait(msg_id, next_key)
         if got is None:
             continue
@@ -234,6 +249,7 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
         if "error" in msg:
             continue
         in_time += 1
+        first_in_time = first_in_time or requests == 1
         pending = None
         record = client.request("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}}, timeout_s=30)
         source = (record.get("result") or {}).get("source") or "none"
@@ -254,10 +270,13 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
         got = client.wait(msg_id, deadline)
         if got is not None:
             latencies.append((got[1] - sent) * 1e3)
+            _trace({"uri": uri, "id": msg_id, "latency_ms": round(latencies[-1], 1),
+                    "gap_ms": round(gap_ms.get(msg_id, 0.0), 1), "error": "error" in got[0]})
     unanswered = requests - len(latencies)
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return {"kind": task.kind, "chars": len(target), "saved": saved, "accepted_lines": accepted,
-            "requests": requests, "in_time": in_time, "cancelled": cancelled, "unanswered": unanswered,
+            "requests": requests, "in_time": in_time, "first_in_time": first_in_time, "cancelled": cancelled,
+            "unanswered": unanswered,
             "latencies": latencies, "first_shown": first_shown, "sources": sources}
 
 
@@ -274,6 +293,8 @@ def summarize(rows: list[dict], cadence: Cadence) -> dict:
             "chars_saved": round(sum(r["saved"] for r in rows) / max(1, sum(r["chars"] for r in rows)), 4),
             "latency_ms_p50": round(statistics.median(lat), 1) if lat else None, "latency_ms_p95": pct(lat, 0.95),
             "in_time": round(sum(r["in_time"] for r in rows) / max(1, requests), 4),
+            "first_in_time": round(sum(r["first_in_time"] for r in rows if r["requests"]) /
+                                   max(1, sum(1 for r in rows if r["requests"])), 4),
             "accepted_lines": sum(r["accepted_lines"] for r in rows), "requests": requests,
             "cancelled": sum(r["cancelled"] for r in rows), "unanswered": sum(r["unanswered"] for r in rows),
             "sources": {k: sum(r["sources"].get(k, 0) for r in rows) for k in sorted({k for r in rows for k in r["sources"]})},
