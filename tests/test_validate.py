@@ -244,28 +244,36 @@ def test_directly_in_a_top_level_block_the_region_is_the_top_level_statement():
     assert region(prefix, suffix, top_level) == ("class A:\n    x = ", "1\n    y = 2\n\n")
 
 
-def test_real_lines_are_never_refused_in_narrowed_regions():
-    """Teacher forcing over held-out standard-library files: at sampled cursor positions inside
-    indented defs, the file's own rest of the line is never refused, and the narrowed region's
-    verdict on an insertion before it (a bracket, a name, a block opener, a dedent) is the verdict
-    on the whole top-level statement."""
+def _held_out_lines(seed: int, max_size: int, count: int):
+    """``(rng, name, source, lines, starts)`` for ``count`` held-out standard-library files of 2 kB to
+    ``max_size`` bytes in a seeded order: their lines (line ends kept) and each line's start offset."""
     import random
 
-    from engine.lexing.prefix import PrefixLexer
     from engine.text import read_source
-    from engine.validate import _RegionJudge
     from lab.corpus import held_out_files
 
-    rng = random.Random(0)
-    files = [f for f in held_out_files() if 2_000 < f.stat().st_size < 60_000]
+    rng = random.Random(seed)
+    files = [f for f in held_out_files() if 2_000 < f.stat().st_size < max_size]
     rng.shuffle(files)
-    checked = 0
-    for path in files[:12]:
+    for path in files[:count]:
         source = read_source(path)
         lines = source.splitlines(keepends=True)
         starts = [0]
         for line in lines:
             starts.append(starts[-1] + len(line))
+        yield rng, path.name, source, lines, starts
+
+
+def test_real_lines_are_never_refused_in_narrowed_regions():
+    """Teacher forcing over held-out standard-library files: at sampled cursor positions inside
+    indented defs, the file's own rest of the line is never refused, and the narrowed region's
+    verdict on an insertion before it (a bracket, a name, a block opener, a dedent) is the verdict
+    on the whole top-level statement."""
+    from engine.lexing.prefix import PrefixLexer
+    from engine.validate import _RegionJudge
+
+    checked = 0
+    for rng, name, source, lines, starts in _held_out_lines(0, 60_000, 12):
         candidates = [i for i, line in enumerate(lines) if line.startswith("        ") and line.strip()]
         for i in rng.sample(candidates, min(8, len(candidates))):
             line = lines[i]
@@ -274,11 +282,11 @@ def test_real_lines_are_never_refused_in_narrowed_regions():
             rest = suffix.split("\n", 1)[0]
             lexer = PrefixLexer()
             lexer.lex(prefix, None)
-            assert validate(prefix, rest, suffix[len(rest):], lexer.top_level) == [], (path.name, i)
+            assert validate(prefix, rest, suffix[len(rest):], lexer.top_level) == [], (name, i)
             for broken in ("(", ")", "]", " x", ":\n", "\n    y = 1\n"):
                 narrow = validate(prefix, broken, suffix, lexer.top_level) != []
                 whole = _RegionJudge(prefix, suffix, lexer.top_level, narrow=False).check(broken)[0] is not None
-                assert narrow == whole, (path.name, i, broken)
+                assert narrow == whole, (name, i, broken)
             checked += 1
     assert checked >= 60
 
@@ -387,7 +395,7 @@ def test_a_region_left_inside_open_brackets_ends_at_the_next_def(monkeypatch):
     for at in (marked, marked.replace("    def a", "def a").replace("        self.check", "    self.check")):
         prefix, suffix, top_level = _lexed(at)
         _, rs = region(prefix, suffix, top_level)
-        assert rs.endswith("    @property\n    @cached\n    def b(self):\n") or rs.endswith("pass\nclass U:\n"), rs
+        assert rs.endswith(("    @property\n    @cached\n    def b(self):\n", "pass\nclass U:\n")), rs
         bounded = [validate(prefix, c, suffix, top_level) for c in candidates]
         monkeypatch.setattr(v, "_DEF_OR_CLASS", ())  # the region as it was: to the end of the file
         v._end_memos.clear()
@@ -403,23 +411,11 @@ def test_real_lines_typed_into_open_brackets_are_never_refused(monkeypatch):
     inside brackets the line opened, the line's own rest is never refused, whatever the region's
     end (the next def when the brackets stay open to it, else the usual one), and an insertion
     (a bracket, a name, a block opener) is judged as the region to the end of the file judges it."""
-    import random
-
     from engine import validate as v
     from engine.lexing.prefix import PrefixLexer
-    from engine.text import read_source
-    from lab.corpus import held_out_files
 
-    rng = random.Random(1)
-    files = [f for f in held_out_files() if 2_000 < f.stat().st_size < 80_000]
-    rng.shuffle(files)
     checked = bounded = 0
-    for path in files[:15]:
-        source = read_source(path)
-        lines = source.splitlines(keepends=True)
-        starts = [0]
-        for line in lines:
-            starts.append(starts[-1] + len(line))
+    for rng, name, source, lines, starts in _held_out_lines(1, 80_000, 15):
         candidates = [i for i, line in enumerate(lines) if "(" in line and line.rstrip().endswith(")")
                       and line.startswith("    ") and i + 1 < len(lines)]
         for i in rng.sample(candidates, min(6, len(candidates))):
@@ -429,14 +425,14 @@ def test_real_lines_typed_into_open_brackets_are_never_refused(monkeypatch):
             suffix = source[starts[i] + len(line):]
             lexer = PrefixLexer()
             lexer.lex(prefix, None)
-            assert validate(prefix, rest, suffix, lexer.top_level) == [], (path.name, i)
+            assert validate(prefix, rest, suffix, lexer.top_level) == [], (name, i)
             if len(region(prefix, suffix, lexer.top_level)[1]) < len(suffix):
                 bounded += 1
                 verdicts = [validate(prefix, b, suffix, lexer.top_level) == [] for b in ("(", ")", "]", " x", ":\n")]
                 monkeypatch.setattr(v, "_DEF_OR_CLASS", ())
                 v._end_memos.clear()
                 assert [validate(prefix, b, suffix, lexer.top_level) == [] for b in ("(", ")", "]", " x", ":\n")] \
-                    == verdicts, (path.name, i)
+                    == verdicts, (name, i)
                 monkeypatch.undo()
                 v._end_memos.clear()
             checked += 1
