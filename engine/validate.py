@@ -153,7 +153,6 @@ def _starts_statement(line: str) -> bool:
 
 
 _BLOCK_HEADER = ("def ", "def\t", "async ", "class ", "class\t")
-_DEF_OR_CLASS = ("def ", "def\t", "async def", "class ", "class\t")  # never inside brackets ("async for" can be)
 # an indented region is compiled under this stand-in opener (one INDENT, whatever the width)
 INDENTED_REGION_HEADER = "if 1:\n"
 
@@ -270,18 +269,10 @@ def _region_end(suffix: str, width: int, lexer: _RegionLexer) -> int:
     pos = suffix.find("\n") + 1
     while 0 < pos < len(suffix):
         nl = suffix.find("\n", pos)
-        line = suffix[pos: nl if nl >= 0 else len(suffix)]
-        if _starts_statement_within(line, width):
+        if _starts_statement_within(suffix[pos: nl if nl >= 0 else len(suffix)], width):
             outside = lexer.outside(suffix, pos)
             if outside:
                 end = pos
-                break
-            if lexer.in_brackets() and line.lstrip(" \t").startswith(_DEF_OR_CLASS):
-                # a def or class cannot stand inside brackets (Language Reference 8.7, 8.8): CPython's
-                # parse of the whole file fails at this line at the latest, so the region ends after it
-                # (its first error and bracket depth are the whole file's) instead of running on to the
-                # end of the file, which every check would parse again (a 157 kB suffix: 240 ms a request)
-                end = nl + 1 if nl >= 0 else len(suffix)
                 break
             at = (pos, lexer.key())
             if (known := memo.ends.get(at)) is not None:
@@ -329,12 +320,6 @@ class _RegionLexer:
     def key(self) -> tuple:
         """What decides the rest of a scan from here: the automaton's state, or that it broke."""
         return ("broken",) if self.broken else self.state.key()
-
-    def in_brackets(self) -> bool:
-        """Where :meth:`outside` last stopped: in code (not a string) inside brackets."""
-        from .lexing.automaton import CODE
-
-        return not self.broken and self.state.mode == CODE and bool(self.state.brackets)
 
     def outside(self, suffix: str, pos: int) -> bool:
         from .lexing.automaton import CODE

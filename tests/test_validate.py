@@ -351,7 +351,7 @@ def test_the_region_end_is_remembered_for_a_suffix_typed_before(monkeypatch):
 
     head = "import os\n\n\nclass T:\n    def test_a(self):\n        self.check(\n            "
     typed = "lambda: get(woken), 6"
-    body = "".join(f"\n    test_{i} = None\n        s = \'\'\'\ndef x(): (\'\'\'\n        return [{i},\n"
+    body = "".join(f"\n    def test_{i}(self):\n        s = \'\'\'\ndef x(): (\'\'\'\n        return [{i},\n"
                    f"            {i}]  # ) ]\n" for i in range(300))
     suffix = ")\n\n        self.done()\n" + body
     fed: list[int] = []
@@ -379,42 +379,13 @@ def test_the_region_end_is_remembered_for_a_suffix_typed_before(monkeypatch):
             assert lexed_from_scratch > len(suffix) // 2 and lexed < 300, (typed[:k], lexed_from_scratch, lexed)
 
 
-def test_a_region_left_inside_open_brackets_ends_at_the_next_def(monkeypatch):
-    """Typing a call whose brackets are not closed yet (``check(lambda: get(wo``, the rest of the file
-    after it): no line after the cursor is outside the brackets, but a ``def``/``class`` cannot stand
-    inside brackets, so the region ends after the next one indented no deeper, where CPython's parse
-    of the whole file fails at the latest, instead of running to the end of the file (a 157 kB
-    suffix parsed again by every check). Its verdicts are the unbounded region's."""
-    from engine import validate as v
-
-    marked = ("class T:\n    def a(self):\n        self.check(lambda: get(wo█)\n\n        x = [\n"
-              "            1,\n        ]\n\n    @property\n    @cached\n    def b(self):\n        pass\n"
-              + "    def c(self):\n        pass\n" * 200 + "class U:\n    pass\n")
-    candidates = ["ken), [", "ken)) +", "ken)) + (", "ken))\n        y = (", "ken), 6", "ken)", "ken",
-                  "ken))\n    z = 1\n", "ken)) +]", "ken)\n    def", "ken))\n\n"]
-    for at in (marked, marked.replace("    def a", "def a").replace("        self.check", "    self.check")):
-        prefix, suffix, top_level = _lexed(at)
-        _, rs = region(prefix, suffix, top_level)
-        assert rs.endswith(("    @property\n    @cached\n    def b(self):\n", "pass\nclass U:\n")), rs
-        bounded = [validate(prefix, c, suffix, top_level) for c in candidates]
-        monkeypatch.setattr(v, "_DEF_OR_CLASS", ())  # the region as it was: to the end of the file
-        v._end_memos.clear()
-        assert region(prefix, suffix, top_level)[1] == suffix
-        assert [validate(prefix, c, suffix, top_level) for c in candidates] == bounded
-        monkeypatch.undo()
-        v._end_memos.clear()
-    assert bounded[candidates.index("ken), 6")] == [] and bounded[candidates.index("ken)) +]")] != []
-
-
-def test_real_lines_typed_into_open_brackets_are_never_refused(monkeypatch):
+def test_real_lines_typed_into_open_brackets_are_never_refused():
     """Teacher forcing with the rest of the line not typed yet (the replay's buffers): at cursors
-    inside brackets the line opened, the line's own rest is never refused, whatever the region's
-    end (the next def when the brackets stay open to it, else the usual one), and an insertion
-    (a bracket, a name, a block opener) is judged as the region to the end of the file judges it."""
-    from engine import validate as v
+    inside brackets the line opened, the line's own rest is never refused, although the region then
+    runs on past the cursor's line inside those brackets (often to the end of the file)."""
     from engine.lexing.prefix import PrefixLexer
 
-    checked = bounded = 0
+    checked = 0
     for rng, name, source, lines, starts in _held_out_lines(1, 80_000, 15):
         candidates = [i for i, line in enumerate(lines) if "(" in line and line.rstrip().endswith(")")
                       and line.startswith("    ") and i + 1 < len(lines)]
@@ -426,14 +397,5 @@ def test_real_lines_typed_into_open_brackets_are_never_refused(monkeypatch):
             lexer = PrefixLexer()
             lexer.lex(prefix, None)
             assert validate(prefix, rest, suffix, lexer.top_level) == [], (name, i)
-            if len(region(prefix, suffix, lexer.top_level)[1]) < len(suffix):
-                bounded += 1
-                verdicts = [validate(prefix, b, suffix, lexer.top_level) == [] for b in ("(", ")", "]", " x", ":\n")]
-                monkeypatch.setattr(v, "_DEF_OR_CLASS", ())
-                v._end_memos.clear()
-                assert [validate(prefix, b, suffix, lexer.top_level) == [] for b in ("(", ")", "]", " x", ":\n")] \
-                    == verdicts, (name, i)
-                monkeypatch.undo()
-                v._end_memos.clear()
             checked += 1
-    assert checked >= 50 and bounded >= 10
+    assert checked >= 50
