@@ -495,7 +495,7 @@ class LlamaDecoder:
         :meth:`engine.backends.llama_cpp.LlamaCppModel.measure_drafts` rules): one forward of ``1 +
         draft_tokens`` positions must cost less than two decode steps (:meth:`decode_step`), each
         the least of three after a 32-token prompt, in seconds of wall time with the device
-        synchronised. On the CPU a draft batch costs about one step (memory-bound products); with a
+        synchronised. On the CPU a draft batch costs 1.6 steps (memory-bound products); with a
         CUDA graph a step is one replay (0.54 ms on the H200 for the embedded model) while a batch
         runs eager (about 6 ms: hundreds of kernel launches), so drafts lose there. The cache is
         left empty. Raises ValueError when the cache cannot hold the 32 + ``1 + draft_tokens``
