@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+WARM_AT_LOAD = 3  # the documents opened last that get the warm-up on open once the model has loaded
 WARM_UP_DELAY_S = 0.05  # quiet time after a change before the warm-up (prefill on edit) starts
 PREFETCH_DELAY_S = 0.005  # after an answer is sent, when the prefetch at the end of its text starts
 # keeping pace with a typist (generation.keepPace): the gaps between a document's keystrokes that count (a longer one
@@ -180,6 +181,9 @@ class EngineHost:
             info = getattr(engine, "model_info", None)
             logger.info("model loaded: %s", info.summary() if info is not None else getattr(engine, "model_name", "?"))
             self._server.project.scan(self, engine, self._server.settings, self._server.documents)
+            opened = list(self._server.documents)  # while the model loaded
+            for doc in opened[max(0, len(opened) - WARM_AT_LOAD):]:
+                self.warm_document(doc)
             done = "model loaded"
         except Exception as exc:
             if generation != self._load_generation:
@@ -510,12 +514,18 @@ class EngineHost:
     def warm_document(self, doc: Document) -> None:
         """Warm-up on open: lex ``doc`` and let jedi parse it on a thread
         (:meth:`engine.complete.Engine.warm_document`), so that the first request in a document
-        just opened does not pay for either. Nothing while the model is not loaded."""
+        just opened does not pay for either. Nothing while the model is not loaded; the documents
+        opened meanwhile (the last :data:`WARM_AT_LOAD`) get it once it has: jedi's first state too,
+        which the first request after an idle start paid otherwise (docs/benchmarks.md, session 23:
+        that request 300-365 ms, then 121-130 ms)."""
         engine = self.engine
         if engine is None or self._server.closed or getattr(engine, "lm", None) is None:
             return
-        self.in_thread(engine.warm_document, doc.text, convert.document_path(doc.uri),
-                       name="fsm-complete-warm-document")
+        uri, t0 = doc.uri, time.perf_counter()
+        future = self.in_thread(engine.warm_document, doc.text, convert.document_path(doc.uri),
+                                name="fsm-complete-warm-document")
+        future.add_done_callback(lambda f: logger.debug("warm-up on open of %s: %.0f ms", uri,
+                                                        (time.perf_counter() - t0) * 1e3))
 
     def _start_warm_up(self, uri: str, version) -> None:
         self._warm_up_timer = None

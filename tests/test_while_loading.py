@@ -49,6 +49,21 @@ def test_a_line_copy_answers_while_the_model_loads_and_the_rest_waits_for_it():
         server.kill()
 
 
+def test_documents_opened_while_the_model_loads_are_warmed_once_it_has():
+    """The warm-up on open (lexing, jedi's parse and first state) skips a document opened before the
+    model loaded; once it has, the documents opened meanwhile get it, before anyone asks there."""
+    server = RawServer()
+    try:
+        server.initialize({"window": {"workDoneProgress": True}}, {"fsmComplete": {"logLevel": "debug"}})
+        server.notify("textDocument/didOpen", {"textDocument": {
+            "uri": "untitled:early.py", "languageId": "python", "version": 1, "text": "import os\n\nx = os.path\n"}})
+        server.wait_model_loaded()
+        server.wait_for(lambda m: m.get("method") == "window/logMessage"
+                        and "warm-up on open of untitled:early.py" in m["params"]["message"], timeout=60)
+    finally:
+        server.kill()
+
+
 def test_the_bench_measures_spawn_to_the_first_answer():
     task = Task("line", "m.py", MAIN, '"__main__":', "\n    go()\n", True)
     out = first_answer([task, task], Cadence(mean_ms=40, jitter=0.1, burst=0.0, pause=0.0), spawns=1)
