@@ -516,8 +516,8 @@ class EngineHost:
         (:meth:`engine.complete.Engine.warm_document`), so that the first request in a document
         just opened does not pay for either. Nothing while the model is not loaded; the documents
         opened meanwhile (the last :data:`WARM_AT_LOAD`) get it once it has: jedi's first state too,
-        which the first request after an idle start paid otherwise (docs/benchmarks.md, session 23:
-        that request 300-365 ms, then 121-130 ms)."""
+        which the first request after an idle start paid otherwise (``python -m lab.idle_start``: p50
+        347 ms, then 238 ms; docs/benchmarks.md, session 23)."""
         engine = self.engine
         if engine is None or self._server.closed or getattr(engine, "lm", None) is None:
             return

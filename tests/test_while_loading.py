@@ -69,3 +69,15 @@ def test_the_bench_measures_spawn_to_the_first_answer():
     out = first_answer([task, task], Cadence(mean_ms=40, jitter=0.1, burst=0.0, pause=0.0), spawns=1)
     assert len(out["per_task_ms"]) == 1 and out["cadence"]["open_ms"] == 0.0
     assert out["first_answer_ms"] is not None and out["first_answer_ms"] == out["per_task_ms"][0] > 0
+
+
+def test_the_idle_start_probe_times_one_request_per_fresh_server():
+    """``python -m lab.idle_start``: each spawn opens the held-out document, waits, asks once at the
+    cut (inside a call) and reads the engine's stages back."""
+    from lab.idle_start import document, measure
+
+    text, line, character = document()
+    assert text.split("\n")[line][:character].endswith("_encoder(")
+    out = measure(spawns=1, idle_s=0.5)
+    (row,) = out["rows"]
+    assert row["latency_ms"] > 0 and row["stages_ms"]["total"] > 0 and out["latency_ms_p50"] == row["latency_ms"]
