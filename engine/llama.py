@@ -493,38 +493,29 @@ class LlamaDecoder:
     def measure_drafts(self, draft_tokens: int = 4) -> bool:
         """Whether verifying a speculative draft pays on this decoder (:attr:`drafts_pay`, kept, as
         :meth:`engine.backends.llama_cpp.LlamaCppModel.measure_drafts` rules): one forward of ``1 +
-        draft_tokens`` positions must cost less than two decode steps (:meth:`decode_step`), each
-        the least of three after a 32-token prompt, in seconds of wall time with the device
-        synchronised. On the CPU a draft batch costs 1.6 steps (memory-bound products); with a
+        draft_tokens`` positions must cost less than two decode steps (:meth:`decode_step`), timed by
+        :func:`engine.backends.draft_costs` with the device synchronised. On the CPU a draft batch costs 1.6 steps (memory-bound products); with a
         CUDA graph a step is one replay (0.54 ms on the H200 for the embedded model) while a batch
         runs eager (about 6 ms: hundreds of kernel launches), so drafts lose there. The cache is
         left empty. Raises ValueError when the cache cannot hold the 32 + ``1 + draft_tokens``
         positions."""
-        import time
+        from .backends import DRAFT_PROMPT, DRAFTS_PAY_BELOW, draft_costs
 
-        cuda = self.device.type == "cuda"
+        def synced(fn):
+            def run() -> None:
+                fn()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+            return run
 
-        def timed(fn) -> float:
-            if cuda:
-                torch.cuda.synchronize(self.device)
-            t = time.perf_counter()
-            fn()
-            if cuda:
-                torch.cuda.synchronize(self.device)
-            return time.perf_counter() - t
-
-        prompt = torch.arange(1, 33, dtype=torch.long, device=self.device) % self.cfg.vocab_size
-        step = batch = math.inf
+        prompt = torch.arange(1, DRAFT_PROMPT + 1, dtype=torch.long, device=self.device) % self.cfg.vocab_size
         with torch.inference_mode():
             self.truncate(0)
-            self.forward(prompt)
-            for _ in range(3):
-                step = min(step, timed(lambda: self.decode_step(prompt[:1])))
-                self.truncate(32)
-                batch = min(batch, timed(lambda: self.forward(prompt[:1 + draft_tokens], last_only=False)))
-                self.truncate(32)
+            step, batch = draft_costs(synced(lambda: self.forward(prompt)), synced(lambda: self.decode_step(prompt[:1])),
+                                      synced(lambda: self.forward(prompt[:1 + draft_tokens], last_only=False)),
+                                      lambda: self.truncate(DRAFT_PROMPT))
             self.truncate(0)
-        self.drafts_pay = batch < 2 * step
+        self.drafts_pay = batch < DRAFTS_PAY_BELOW * step
         self.draft_timing_ms = (round(step * 1e3, 3), round(batch * 1e3, 3))
         return self.drafts_pay
 

@@ -24,6 +24,30 @@ from __future__ import annotations
 from typing import Protocol
 
 ENGINES = ("auto", "torch", "llama-cpp", "vllm")
+DRAFT_PROMPT = 32  # tokens cached before a draft measurement's timed step and batch
+DRAFTS_PAY_BELOW = 2  # a draft batch pays when it costs less than this many decode steps
+
+
+def draft_costs(prime, step, batch, rewind, repeats: int = 3) -> tuple[float, float]:
+    """Seconds of one decode step and of one draft batch, each the least of ``repeats`` (what
+    :attr:`Backend.drafts_pay` is measured from: drafts pay when the batch costs less than
+    :data:`DRAFTS_PAY_BELOW` steps). ``prime()`` caches a prompt of :data:`DRAFT_PROMPT` tokens;
+    ``step()`` and ``batch()`` run one step and one batch after it, each returning when its work is
+    done (a GPU synchronised); ``rewind()`` cuts the cache back to the prompt after each."""
+    import time
+
+    prime()
+    best_step = best_batch = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        step()
+        best_step = min(best_step, time.perf_counter() - t)
+        rewind()
+        t = time.perf_counter()
+        batch()
+        best_batch = min(best_batch, time.perf_counter() - t)
+        rewind()
+    return best_step, best_batch
 
 
 class Backend(Protocol):

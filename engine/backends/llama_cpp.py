@@ -213,21 +213,15 @@ class LlamaCppModel:
         else even a draft accepted whole would barely win and a rejected one loses. Measured: on the
         2-core AVX-512 machine here a 0.36 B Q8_0 stand-in took 17.6 ms a step and 75-130 ms for a
         batch of 5 (llama.cpp's small-batch products), so drafts are off there."""
-        prompt = list(range(1, 33))
+        from . import DRAFT_PROMPT, DRAFTS_PAY_BELOW, draft_costs
+
+        prompt = list(range(1, DRAFT_PROMPT + 1))
         self.truncate(0)
-        self.decode(prompt, 0)
-        step = batch = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            self.decode([5], len(prompt))
-            step = min(step, time.perf_counter() - t)
-            self.truncate(len(prompt))
-            t = time.perf_counter()
-            self.decode([5] * (1 + draft_tokens), len(prompt), outputs="all")
-            batch = min(batch, time.perf_counter() - t)
-            self.truncate(len(prompt))
+        step, batch = draft_costs(lambda: self.decode(prompt, 0), lambda: self.decode([5], len(prompt)),
+                                  lambda: self.decode([5] * (1 + draft_tokens), len(prompt), outputs="all"),
+                                  lambda: self.truncate(len(prompt)))
         self.truncate(0)
-        self.drafts_pay = batch < 2 * step
+        self.drafts_pay = batch < DRAFTS_PAY_BELOW * step
         log.info("llama.cpp: a decode step %.2f ms, a draft batch of %d %.2f ms: drafts %s", step * 1e3,
                  1 + draft_tokens, batch * 1e3, "on" if self.drafts_pay else "off")
         return self.drafts_pay
