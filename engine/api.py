@@ -277,6 +277,18 @@ class CompletionRequest:
     # budget ran out (cut back to its last natural end); at least one token is decoded, and no retry starts.
     # None: no time limit (lsp_server/host.py sets it from the gaps between the user's keystrokes)
     deadline: float | None = None
+    # set once the request was answered without waiting for this decode (its deadline came, or the client cancelled
+    # it at the next keystroke) while the work goes on for the keystrokes after it (lsp_server/host.py, carried work):
+    # from then on the deadline no longer applies (the full answer is what the next keystrokes take), and the
+    # result is kept as one decoded between keystrokes (``prefetched``)
+    carried: threading.Event | None = None
+
+    def paced_until(self) -> float | None:
+        """The deadline that applies now (``time.perf_counter()`` seconds): :attr:`deadline`, or None
+        (no limit) once the work is :attr:`carried` on."""
+        if self.carried is not None and self.carried.is_set():
+            return None
+        return self.deadline
 
     def options_key(self) -> tuple:
         """What besides the texts decides the answer (budget, sampling, constraints, the file's path):

@@ -430,7 +430,7 @@ class Engine(DecodeLoop):
                 return reuse
             try:
                 result = self._retry(req, *self._complete(req))
-                result.prefetched = req.prefetch
+                result.prefetched = req.prefetch or (req.carried is not None and req.carried.is_set())
                 if not result.cancelled:
                     self._recent = [*self._recent[-(self.RECENT - 1):],
                                     (req.options_key(), req.prefix, req.suffix, result)]
@@ -472,7 +472,7 @@ class Engine(DecodeLoop):
         bans: dict[int, tuple[int, ...]] = {}
         why: list[RetryBan] = []
         while not result.cancelled and not self.remote and len(why) < self.settings.generation.retries \
-                and (req.deadline is None or time.perf_counter() < req.deadline):  # keeping pace: no retry past it
+                and ((due := req.paced_until()) is None or time.perf_counter() < due):  # keeping pace: no retry past it
             ban = result.finish.retry_ban
             left = budget - result.decoded_tokens
             if ban is None or ban.token in bans.get(ban.step, ()) or left <= 0:

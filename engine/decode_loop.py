@@ -154,7 +154,7 @@ class DecodeLoop:
             if req.cancel is not None and req.cancel.is_set():
                 result.cancelled, dec.stop = True, StopReason.CANCELLED
                 break
-            if req.deadline is not None and self._due(dec, req.deadline, len(start.heal)):
+            if (due := req.paced_until()) is not None and self._due(dec, due, len(start.heal)):
                 break  # the next keystroke is due: the text ends at the last whole expression (_due)
             step = TraceStep()
             raw = logits

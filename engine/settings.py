@@ -87,8 +87,10 @@ class GenerationSettings:
     # default: in the typing replay it answered 4 requests of 227 and its decode thread slowed the others
     # (docs/benchmarks.md, session 20)
     prefetch: bool = False
-    # keeping pace with a typist (lsp_server/host.py): while the user types, an inline completion's decoding ends
-    # in time for the next keystroke (the 10th percentile of the recent gaps between keystrokes, at least 60 ms)
+    # keeping pace with a typist (lsp_server/host.py): while the user types, an inline completion is answered in
+    # time for the next keystroke (the 10th percentile of the recent gaps between keystrokes, at least 60 ms): its
+    # decoding ends at the last whole expression by then, or the answer is empty and the work goes on between
+    # keystrokes for the next request typed along it (carried work; a cancelled request's work too)
     keep_pace: bool = True
 
 

@@ -44,6 +44,10 @@ PREFETCH_DELAY_S = 0.005  # after an answer is sent, when the prefetch at the en
 # keeping pace with a typist (generation.keepPace): the gaps between a document's keystrokes that count (a longer one
 # is a pause), how many are kept and needed, the quantile of them a decode must end within, and the least time given
 PACE_GAP_MAX_S, PACE_GAPS, PACE_MIN_GAPS, PACE_QUANTILE, PACE_MIN_S = 1.0, 32, 5, 0.10, 0.06
+ANSWER_MARGIN_S = 0.015  # keeping pace: an answer leaves this long before the deadline (the event loop may wait for
+# the decode thread a few ms, and the answer must reach the editor before the keystroke; replay, session 24)
+HEAL_MAX_CHARS = 64  # the longest start of a decode that may re-type the end of its prefix (may_begin_with)
+CARRY_AHEAD = 32  # characters typed past a position whose work is under way that still wait for it (Prefetch.leads_to)
 COLLECT_AFTER_S = 0.02  # after a decode ends, when the garbage collection it put off may run (engine.gc_pauses)
 CLIENT_REQUEST_TIMEOUT_S = 10.0  # how long a server->client request (progress, configuration) may take
 _EXIT_JOIN_TIMEOUT_S = 2.0
@@ -68,11 +72,14 @@ class EngineHost:
         self._decode_lock = asyncio.Lock()
         self._saving: asyncio.Future | None = None  # the FSM cache write under way (_save_tables_soon)
         self._cancel_events: dict[Any, threading.Event] = {}
+        self._carriable: dict[Any, tuple] = {}  # by request id: URI, request, work, stream (_carry's arguments)
         self._threads: set[threading.Thread] = set()
         self._warm_up_timer: asyncio.TimerHandle | None = None
         self._warm_up_stop = threading.Event()  # set: the running warm-up (if any) stops
         self._prefetch: Prefetch | None = None  # the completion being decoded between keystrokes (if any)
         self._keys: dict[str, tuple[float, list[float]]] = {}  # by URI: the last change's time, recent gaps (s)
+        self._gaps: list[float] = []  # the typist's recent gaps between keystrokes, any document (s)
+        self._last_key: float | None = None  # the last change of any document (time.perf_counter)
 
     # -- threads
 
@@ -233,9 +240,11 @@ class EngineHost:
         it (:func:`convert.completion_edit`). ``single_line``: the client shows one line only;
         ``trigger_character``: what the user typed to trigger the request.
 
-        Waits for the model to load; None when it failed, when the request is cancelled (the
-        engine stops at the next token), or when ``doc`` changed while decoding (the result was
-        computed for an older version).
+        Waits for the model to load; None when it failed, when the request is cancelled, when
+        ``doc`` changed while decoding (the result was computed for an older version), or when
+        keeping pace (``generation.keepPace``) the deadline came first. A cancelled or late inline
+        request's work goes on between keystrokes (:meth:`_carry`); with ``keepPace`` off, or for a
+        one-line (``single_line``) request, a cancelled decode stops at the next token.
         """
         msg_id = self._server.protocol.msg_id
         version = doc.version  # the version ``cursor`` was taken from
@@ -252,8 +261,10 @@ class EngineHost:
             if engine is None:
                 return None
             t0 = time.perf_counter()
+            stream: list[str] = []  # the pieces decoded so far (carried work: Prefetch.leads_to reads them)
             request = convert.to_engine_request(
                 cursor, single_line=single_line, trigger_character=trigger_character, cancel=cancel, deadline=deadline,
+                carried=threading.Event(), on_token=stream.append,
                 path=convert.document_path(doc.uri), project=self._server.project.context(self._server.documents, doc.uri),
             )
             # what the engine's prompt sees around the cursor (line breaks normalised)
@@ -262,11 +273,24 @@ class EngineHost:
                                          suffix_head=convert.normalise_line_endings(request.suffix[:65])[:64])
             self.requests[doc.uri] = record
             logger.debug("engine request %s %s", doc.uri, json.dumps(record.to_wire()))
-            completion = await self._ready_answer(engine, request, doc.uri)
-            if completion is not None:
-                record.completed(completion, cancelled=False)
-            else:
-                completion = await self._decode(engine, request, record)
+            work = asyncio.ensure_future(self._work(engine, request, doc.uri, record))
+            if not single_line and self._server.settings.generation.keep_pace:
+                self._carriable[msg_id] = (doc.uri, request, work, stream)
+            try:
+                if deadline is None:
+                    await asyncio.wait({work})
+                else:  # keeping pace: the answer comes by the deadline, whatever the work still has to do
+                    await asyncio.wait({work}, timeout=max(0.0, deadline - ANSWER_MARGIN_S - time.perf_counter()))
+            except asyncio.CancelledError:  # the client cancelled it (VS Code: the next keystroke came)
+                if msg_id in self._carriable:
+                    self._carry(doc.uri, request, work, "cancelled", stream)
+                else:
+                    request.cancel.set()
+                raise
+            if not work.done():
+                self._carry(doc.uri, request, work, "past its deadline", stream)
+                return None
+            completion = work.result()
             if completion is None or completion.cancelled:
                 return None
             self._prefetch_after(doc.uri, request, completion)
@@ -279,6 +303,7 @@ class EngineHost:
             return completion
         finally:
             self._cancel_events.pop(msg_id, None)
+            self._carriable.pop(msg_id, None)
 
     def _while_loading(self, doc: Document, cursor: convert.Cursor, msg_id) -> Completion | None:
         """While the model loads, a line copy answers without it
@@ -366,19 +391,25 @@ class EngineHost:
     # -- keeping pace with a typist
 
     def keystroke(self, uri: str) -> None:
-        """A change of document ``uri`` came now: one more gap between keystrokes (a gap longer
-        than :data:`PACE_GAP_MAX_S` is a pause and does not count). Per document: with the typist's
-        gaps kept across documents, the first keystrokes in a document just opened were cut at the
-        deadline too, and their full lines were what the user took most (docs/benchmarks.md, session 23:
-        answers in time +2 to +4 points, characters saved -0.5 to -6 points in the replay)."""
+        """A change of document ``uri`` came now: one more gap between keystrokes, in that document
+        and in the typist's gaps across documents (a gap longer than :data:`PACE_GAP_MAX_S` is a pause
+        and does not count). A document just opened is paced by the typist's gaps (:meth:`pace_gap`)
+        until it has its own: its first requests get a deadline too, and the work past it is carried
+        to the next keystroke (:meth:`_carry`) instead of being cut (session 23 tried the deadline
+        without carrying: the first requests' full lines, which users take most, were cut)."""
         now = time.perf_counter()
         last, gaps = self._keys.get(uri, (None, []))
         if last is not None and now - last <= PACE_GAP_MAX_S:
             gaps = [*gaps[-(PACE_GAPS - 1):], now - last]
-        self._keys[uri] = (now, gaps)
+        if self._last_key is not None and now - self._last_key <= PACE_GAP_MAX_S:
+            self._gaps = [*self._gaps[-(PACE_GAPS - 1):], now - self._last_key]
+        self._keys[uri], self._last_key = (now, gaps), now
 
     def forget(self, uri: str) -> None:
+        """Document ``uri`` was closed: its gaps go, and so does the work under way for it."""
         self._keys.pop(uri, None)
+        if self._prefetch is not None and self._prefetch.uri == uri:
+            self._stop_prefetch()
 
     def _pace_deadline(self, uri: str) -> float | None:
         """When an inline completion requested now in ``uri`` must end its decoding
@@ -390,25 +421,79 @@ class EngineHost:
         (:mod:`engine.resolve.worker`), which the monitors' queries of such requests wait for at most
         a share of the time left (:func:`engine.prepare.semantic_budget_ms`)."""
         now = time.perf_counter()
-        last, gaps = self._keys.get(uri, (None, []))
-        if (not self._server.settings.generation.keep_pace or last is None or now - last > PACE_GAP_MAX_S
-                or len(gaps) < PACE_MIN_GAPS):
+        last = self._keys.get(uri, (None, []))[0]
+        gap = self.pace_gap(uri)
+        if not self._server.settings.generation.keep_pace or last is None or now - last > PACE_GAP_MAX_S or gap is None:
             return None
-        quantile = sorted(gaps)[int(PACE_QUANTILE * (len(gaps) - 1))]
-        return now + max(PACE_MIN_S, quantile)
+        return now + gap
 
-    # -- work between keystrokes (prefetch)
+    def pace_gap(self, uri: str) -> float | None:
+        """The :data:`PACE_QUANTILE` quantile of the recent gaps between keystrokes in ``uri``, or of
+        the typist's across documents while ``uri`` has fewer than :data:`PACE_MIN_GAPS` (at least
+        :data:`PACE_MIN_S`), in seconds; None while neither has that many."""
+        gaps = self._keys.get(uri, (None, []))[1]
+        if len(gaps) < PACE_MIN_GAPS:
+            gaps = self._gaps
+        if len(gaps) < PACE_MIN_GAPS:
+            return None
+        return max(PACE_MIN_S, sorted(gaps)[int(PACE_QUANTILE * (len(gaps) - 1))])
+
+    # -- work between keystrokes (prefetch, carried work)
+
+    async def _work(self, engine, request, uri: str, record: EngineRequestRecord) -> Completion | None:
+        """A request's work: its ready answer (:meth:`_ready_answer`) or its decode; ``record`` gets
+        the outcome. Runs as its own task, which :meth:`complete` may stop waiting for
+        (:meth:`_carry`)."""
+        completion = await self._ready_answer(engine, request, uri)
+        if completion is not None:
+            record.completed(completion, cancelled=False)
+            return completion
+        return await self._decode(engine, request, record)
+
+    def _carry(self, uri: str, request, work: asyncio.Future, why: str, stream: list[str] | None = None) -> None:
+        """Carried work: the request was answered (with nothing, at its deadline, or cancelled by the
+        client at the next keystroke) before its ``work`` ended. The work goes on as the job between
+        keystrokes (:class:`Prefetch`; the deadline lifted, :attr:`engine.api.CompletionRequest.carried`),
+        so that the next request, typed a few characters further along what is being decoded, waits
+        for it and is answered from it (typed through) instead of stopping it and decoding again from
+        the start; a request elsewhere, or typed against the pieces decoded so far (``stream``, the
+        request's ``on_token``), stops it (:meth:`_ready_answer`). Its answer, once ready, is kept
+        for this position too, and the prefetch at its end follows (:meth:`_prefetch_after`)."""
+        if work.done() or request.cancel.is_set() or request.carried.is_set():
+            return  # ended, stopped, or carried already
+        if self._server.closed:
+            request.cancel.set()
+            return
+        request.carried.set()
+        job, before = Prefetch(uri, request, stream=stream), self._prefetch
+        if before is not None and before.leads_to(uri, request):
+            job.after = before  # this work waits for it (_ready_answer); stopping this one stops that one too
+        elif before is not None:
+            self._stop_prefetch()
+        self._prefetch = job
+        logger.debug("request at offset %d in %s answered %s: its work goes on", len(request.prefix), uri, why)
+
+        def ended(future: asyncio.Future) -> None:
+            job.done.set()
+            if self._prefetch is job:
+                self._prefetch = None
+            completion = None if future.cancelled() or future.exception() is not None else future.result()
+            if completion is not None and not completion.cancelled and self._prefetch is None:
+                self._prefetch_after(uri, request, completion)
+
+        work.add_done_callback(ended)
 
     async def _ready_answer(self, engine, request, uri: str):
         """The answer to ``request`` that needs no decoding (:meth:`engine.complete.Engine.ready_answer`:
         typed through a recent completion, or prefetched for this position), without waiting for the
-        decode slot; None when it must be decoded. A prefetch under way for this very position is
-        waited for instead of starting again; one for another position is stale and stops."""
+        decode slot; None when it must be decoded. The work under way between keystrokes (a prefetch,
+        carried work) is waited for when it may answer this request (:meth:`Prefetch.leads_to`: this
+        position, or a few characters typed further); work for another position is stale and stops."""
         ready = engine.ready_answer(request)
         job = self._prefetch
         if ready is not None or job is None:
             return ready
-        if job.serves(uri, request):
+        if job.leads_to(uri, request):
             await job.done.wait()
             return engine.ready_answer(request)
         self._stop_prefetch()
@@ -424,7 +509,7 @@ class EngineHost:
         the suggestion is answered from the suggestion itself meanwhile; the request at its end then
         finds its answer ready (or waits for it). Each prefetch chains the next from its own answer,
         :data:`PREFETCH_DEPTH` deep. Nothing when the text replaces characters after the cursor, or
-        when that position is already known or being computed."""
+        when that position is already known, or work under way may answer it (:meth:`Prefetch.leads_to`)."""
         engine = self.engine
         if (not self._server.settings.generation.prefetch or engine is None or self._server.closed
                 or getattr(engine, "remote", False) or completion.replace_suffix or completion.cancelled
@@ -435,13 +520,14 @@ class EngineHost:
             if completion.text.endswith(("\n", "\r")) or request.suffix.lstrip(" \t")[:1] not in ("", "\n", "\r"):
                 return  # mid-line with nothing to add, or a text that already ends with a line break
             prefix += _enter(prefix, dominant_eol(request.prefix + request.suffix))  # as the engine answers
-        ahead = dataclasses.replace(request, prefix=prefix, cancel=threading.Event(), on_token=None,
-                                    trigger_character=None, prefetch=True, deadline=None)
+        stream: list[str] = []
+        ahead = dataclasses.replace(request, prefix=prefix, cancel=threading.Event(), on_token=stream.append,
+                                    trigger_character=None, prefetch=True, deadline=None, carried=None)
         job = self._prefetch
-        if (job is not None and job.serves(uri, ahead)) or engine.ready_answer(ahead) is not None:
-            return
+        if (job is not None and job.leads_to(uri, ahead)) or engine.ready_answer(ahead) is not None:
+            return  # known, or work under way may answer it (carried work the user is typing along)
         self._stop_prefetch()
-        self._prefetch = job = Prefetch(uri, ahead, depth)
+        self._prefetch = job = Prefetch(uri, ahead, depth, stream)
         asyncio.get_running_loop().call_later(PREFETCH_DELAY_S, lambda: asyncio.ensure_future(self._run_prefetch(job)))
 
     async def _run_prefetch(self, job: Prefetch) -> None:
@@ -464,11 +550,13 @@ class EngineHost:
             self._prefetch_after(job.uri, job.request, completion, job.depth + 1)
 
     def _stop_prefetch(self) -> None:
-        """The prefetch under way (if any) is stale: its decode stops at the next token."""
+        """The work under way between keystrokes (if any: a prefetch, carried work and the work it
+        waits for) is stale: its decode stops at the next token."""
         job, self._prefetch = self._prefetch, None
-        if job is not None:
+        while job is not None:
             job.request.cancel.set()
             job.done.set()
+            job = job.after
 
     def _save_tables_soon(self, engine) -> None:
         """Write the FSM tables the last request built to the disk cache, on a thread off the
@@ -545,8 +633,13 @@ class EngineHost:
     # -- cancellation
 
     def cancel(self, msg_id) -> None:
-        """Stop decoding for request ``msg_id`` (``$/cancelRequest``)."""
-        if (event := self._cancel_events.get(msg_id)) is not None:
+        """``$/cancelRequest`` for request ``msg_id``: an inline completion's work goes on between
+        keystrokes (:meth:`_carry`: the next request typed along it is answered from it, one elsewhere
+        stops it); any other request stops decoding at the next token."""
+        if (carriable := self._carriable.get(msg_id)) is not None:
+            uri, request, work, stream = carriable
+            self._carry(uri, request, work, "cancelled", stream)
+        elif (event := self._cancel_events.get(msg_id)) is not None:
             event.set()
 
     def cancel_all(self) -> None:
@@ -582,19 +675,48 @@ def _enter(prefix: str, eol: str) -> str:
 
 
 class Prefetch:
-    """One completion decoded between keystrokes: ``request`` (``prefetch=True``) in document ``uri``,
-    ``depth`` prefetches after the answer the user saw; ``done`` is set when it ended (answered,
-    stopped as stale, or never started)."""
+    """Work between keystrokes in document ``uri``: a prefetch (``request.prefetch``; ``depth``
+    prefetches after the answer the user saw) or a request's carried work (:meth:`EngineHost._carry`);
+    ``done`` is set when it ended (answered, stopped as stale, or never started)."""
 
-    def __init__(self, uri: str, request, depth: int = 0):
+    def __init__(self, uri: str, request, depth: int = 0, stream: list[str] | None = None):
         self.uri, self.request, self.depth = uri, request, depth
+        self.stream = stream  # the pieces decoded so far (the request's on_token), None: not known
         self.done = asyncio.Event()
+        self.after: Prefetch | None = None  # carried work: the work under way before it, which it waits for
 
     def serves(self, uri: str, request) -> bool:
         """Whether ``request`` asks for this very position with the same options."""
         mine = self.request
         return (uri == self.uri and request.prefix == mine.prefix and request.suffix == mine.suffix
                 and request.single_line == mine.single_line and request.options_key() == mine.options_key())
+
+    def leads_to(self, uri: str, request) -> bool:
+        """Whether this work may answer ``request``: the same position (:meth:`serves`), or the user
+        typed at most :data:`CARRY_AHEAD` characters further (the same text after the cursor and
+        options), which the answer may begin with (typed through, :meth:`engine.complete.Engine.ready_answer`)
+        as far as the pieces decoded so far tell (:func:`may_begin_with`)."""
+        mine = self.request
+        typed = len(request.prefix) - len(mine.prefix)
+        return (uri == self.uri and 0 <= typed <= CARRY_AHEAD and request.suffix == mine.suffix
+                and request.prefix.startswith(mine.prefix) and request.single_line == mine.single_line
+                and request.options_key() == mine.options_key()
+                and (self.stream is None or may_begin_with("".join(self.stream), mine.prefix, request.prefix[len(mine.prefix):])))
+
+
+def may_begin_with(decoded: str, prefix: str, typed: str) -> bool:
+    """Can a completion at the end of ``prefix`` whose decoding so far gave ``decoded`` begin with
+    ``typed``? ``decoded`` may start by re-typing the end of ``prefix`` (token healing: a half-typed
+    word, an indentation), so any such start is tried; the rest must agree with ``typed`` as far as
+    both go. A heuristic for stopping stale work early: the answer itself is decided by typing
+    through the finished completion (a retry or a step back may still change the text)."""
+    for k in range(min(len(decoded), HEAL_MAX_CHARS) + 1):
+        if not prefix.endswith(decoded[:k]):
+            continue
+        rest = decoded[k:]
+        if rest.startswith(typed) or typed.startswith(rest):
+            return True
+    return False
 
 
 def _load_engine(settings: Settings, progress: Callable[[str, float], None]):
