@@ -475,8 +475,8 @@ class EngineHost:
 
         def ended(future: asyncio.Future) -> None:
             job.done.set()
-            if self._prefetch is job:
-                self._prefetch = None
+            if self._prefetch is job:  # the work it waited for, if still under way, stays reachable (stop, close)
+                self._prefetch = job.after if job.after is not None and not job.after.done.is_set() else None
             completion = None if future.cancelled() or future.exception() is not None else future.result()
             if completion is not None and not completion.cancelled and self._prefetch is None:
                 self._prefetch_after(uri, request, completion)
@@ -490,13 +490,21 @@ class EngineHost:
         carried work) is waited for when it may answer this request (:meth:`Prefetch.leads_to`: this
         position, or a few characters typed further); work for another position is stale and stops."""
         ready = engine.ready_answer(request)
-        job = self._prefetch
+        job = own = self._prefetch
+        if own is not None and own.request is request:  # its own work, carried before it started (a cancel queued
+            job = own.after                               # behind the request): never wait for itself
+        else:
+            own = None
         if ready is not None or job is None:
             return ready
         if job.leads_to(uri, request):
             await job.done.wait()
             return engine.ready_answer(request)
-        self._stop_prefetch()
+        if own is not None:
+            own.after = None
+            _stop_work(job)
+        else:
+            self._stop_prefetch()
         return None
 
     PREFETCH_DEPTH = 2  # prefetches chained from one answer (each at the end of the one before)
@@ -553,10 +561,7 @@ class EngineHost:
         """The work under way between keystrokes (if any: a prefetch, carried work and the work it
         waits for) is stale: its decode stops at the next token."""
         job, self._prefetch = self._prefetch, None
-        while job is not None:
-            job.request.cancel.set()
-            job.done.set()
-            job = job.after
+        _stop_work(job)
 
     def _save_tables_soon(self, engine) -> None:
         """Write the FSM tables the last request built to the disk cache, on a thread off the
@@ -695,13 +700,23 @@ class Prefetch:
         """Whether this work may answer ``request``: the same position (:meth:`serves`), or the user
         typed at most :data:`CARRY_AHEAD` characters further (the same text after the cursor and
         options), which the answer may begin with (typed through, :meth:`engine.complete.Engine.ready_answer`)
-        as far as the pieces decoded so far tell (:func:`may_begin_with`)."""
+        as far as the pieces decoded so far tell (:func:`may_begin_with`); and so may the work it waits
+        for (:attr:`after`) while that is under way (a link that only waits has decoded nothing)."""
         mine = self.request
         typed = len(request.prefix) - len(mine.prefix)
         return (uri == self.uri and 0 <= typed <= CARRY_AHEAD and request.suffix == mine.suffix
                 and request.prefix.startswith(mine.prefix) and request.single_line == mine.single_line
                 and request.options_key() == mine.options_key()
-                and (self.stream is None or may_begin_with("".join(self.stream), mine.prefix, request.prefix[len(mine.prefix):])))
+                and (self.stream is None or may_begin_with("".join(self.stream), mine.prefix, request.prefix[len(mine.prefix):]))
+                and (self.after is None or self.after.done.is_set() or self.after.leads_to(uri, request)))
+
+
+def _stop_work(job: Prefetch | None) -> None:
+    """Stop ``job`` and the work it waits for (:attr:`Prefetch.after`): each decode at its next token."""
+    while job is not None:
+        job.request.cancel.set()
+        job.done.set()
+        job = job.after
 
 
 def may_begin_with(decoded: str, prefix: str, typed: str) -> bool:

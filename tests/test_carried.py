@@ -2,20 +2,19 @@
 the client cancelled it at the next keystroke, as VS Code does) leaves that work running between
 keystrokes; the next request at that position, or typed a few characters along it, waits for it and
 is answered from it instead of decoding again, and a request elsewhere (or closing the document)
-stops it. Real server process and embedded model where the rule is the server's; the pacing rules
-on a host with a fake clock."""
+stops it. Real server process and embedded model where the rule is the server's (the pace of a
+document just opened: tests/test_prefetch.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from types import SimpleNamespace
 
-from lsp_raw import RawServer
+from lsp_raw import RawServer, encode
 
 from engine.api import CompletionRequest
 from engine.complete import Engine
-from engine.settings import Settings
 from lsp_server import host as host_module
 
 URI = "untitled:carried.py"
@@ -30,16 +29,21 @@ BODY = ("import os\nimport sys\n" + HELPERS + "\n\ndef copy_tree(source, target,
 POSITION = {"line": BODY.count("\n"), "character": 4}
 
 
-def _server(prefetch: bool = False, keep_pace: bool = True) -> RawServer:
+@contextlib.contextmanager
+def _server(prefetch: bool = False, keep_pace: bool = True):
+    """A real server (debug log) with :data:`URI` and :data:`OTHER` open, both :data:`BODY`."""
     server = RawServer()
-    server.initialize({"window": {"workDoneProgress": True}},
-                      {"fsmComplete": {"logLevel": "debug",
-                                       "generation": {"prefetch": prefetch, "keepPace": keep_pace}}})
-    server.wait_model_loaded()
-    for uri in (URI, OTHER):
-        server.notify("textDocument/didOpen",
-                      {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": BODY}})
-    return server
+    try:
+        server.initialize({"window": {"workDoneProgress": True}},
+                          {"fsmComplete": {"logLevel": "debug",
+                                           "generation": {"prefetch": prefetch, "keepPace": keep_pace}}})
+        server.wait_model_loaded()
+        for uri in (URI, OTHER):
+            server.notify("textDocument/didOpen",
+                          {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": BODY}})
+        yield server
+    finally:
+        server.kill()
 
 
 def _inline(uri: str = URI) -> dict:
@@ -69,14 +73,10 @@ def _cancel_while_decoding(server: RawServer) -> int:
 
 
 def test_a_cancelled_requests_work_answers_the_request_at_its_position():
-    fresh = _server()
-    try:
+    with _server() as fresh:
         expected = _suggestion(fresh.call("textDocument/inlineCompletion", _inline(), timeout=120))
-        assert expected
-    finally:
-        fresh.kill()
-    server = _server()
-    try:
+    assert expected
+    with _server() as server:
         msg_id = _cancel_while_decoding(server)
         again = server.call("textDocument/inlineCompletion", _inline(), timeout=120)
         record = _record(server)
@@ -85,13 +85,25 @@ def test_a_cancelled_requests_work_answers_the_request_at_its_position():
         assert record["source"] == "prefetched", record
         assert _suggestion(again) == expected
         assert len(server.responses_to(msg_id)) == 1
-    finally:
-        server.kill()
+
+
+def test_a_cancel_queued_behind_its_request_does_not_make_the_work_wait_for_itself():
+    """A fast client's request and its cancel in one read: the cancel carries the work before the work
+    has started; the work must decode (not wait for its own carried job), and the request that follows
+    at that position is answered from it."""
+    with _server() as server:
+        params = _inline()
+        server.write(encode({"jsonrpc": "2.0", "id": 7001, "method": "textDocument/inlineCompletion", "params": params})
+                     + encode({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 7001}}))
+        server.response(7001, timeout=60)
+        again = server.call("textDocument/inlineCompletion", params, timeout=60)
+        assert "result" in again, again
+        assert _record(server)["source"] in ("prefetched", "decoded")
+        assert len(server.responses_to(7001)) == 1
 
 
 def test_a_request_elsewhere_stops_carried_work():
-    server = _server()
-    try:
+    with _server() as server:
         _cancel_while_decoding(server)
         assert "its work goes on" in server.stderr_text()
         other = server.call("textDocument/inlineCompletion", _inline(OTHER), timeout=120)
@@ -99,13 +111,10 @@ def test_a_request_elsewhere_stops_carried_work():
         assert _record(server, OTHER)["source"] == "decoded"
         record = _record(server)  # the carried work stopped at its next token
         assert record["cancelled"] is True and record["stopReason"] == "cancelled", record
-    finally:
-        server.kill()
 
 
 def test_closing_the_document_stops_its_carried_work():
-    server = _server()
-    try:
+    with _server() as server:
         _cancel_while_decoding(server)
         assert "its work goes on" in server.stderr_text()
         server.notify("textDocument/didClose", {"textDocument": {"uri": URI}})
@@ -114,21 +123,16 @@ def test_closing_the_document_stops_its_carried_work():
         assert _suggestion(other)
         text = server.stderr_text()
         assert "(cancelled)" in text.split("its work goes on", 1)[1], text[-3000:]
-    finally:
-        server.kill()
 
 
 def test_without_keeping_pace_a_cancelled_request_stops_decoding():
-    server = _server(keep_pace=False)
-    try:
+    with _server(keep_pace=False) as server:
         _cancel_while_decoding(server)
         other = server.call("textDocument/inlineCompletion", _inline(OTHER), timeout=120)
         assert "result" in other
         assert "its work goes on" not in server.stderr_text()
         record = _record(server)
         assert record["cancelled"] is True and record["stopReason"] == "cancelled", record
-    finally:
-        server.kill()
 
 
 def test_carried_work_decodes_past_its_deadline():
@@ -164,27 +168,16 @@ def test_work_leads_to_the_requests_typed_along_it():
     assert not job.leads_to("a", CompletionRequest(prefix="x = foo", suffix="\n", max_tokens=3))  # other options
 
 
-def test_a_document_just_opened_is_paced_by_the_typists_gaps():
-    settings = Settings()
-    host = host_module.EngineHost(SimpleNamespace(settings=settings))
-    clock = [100.0]
-    real = host_module.time.perf_counter
-    host_module.time.perf_counter = lambda: clock[0]
-    try:
-        for gap in (0.2, 0.05, 0.3, 0.15, 0.25, 0.18, 0.2):
-            clock[0] += gap
-            host.keystroke("a")
-        assert host._pace_deadline("b") is None  # nothing typed there yet
-        clock[0] += 0.12
-        host.keystroke("b")  # the first keystroke in a document just opened
-        typist = sorted([0.05, 0.3, 0.15, 0.25, 0.18, 0.2, 0.12])
-        assert host._pace_deadline("b") == clock[0] + max(0.06, typist[int(0.1 * (len(typist) - 1))])
-        for _ in range(5):  # then its own gaps
-            clock[0] += 0.4
-            host.keystroke("b")
-        assert host._pace_deadline("b") == clock[0] + 0.4
-    finally:
-        host_module.time.perf_counter = real
+def test_work_that_waits_leads_only_where_the_work_it_waits_for_does():
+    """Carried work that only waits for the work before it (:attr:`Prefetch.after`) has decoded
+    nothing: whether a request is typed along them is told by the one under way."""
+    running = host_module.Prefetch("a", CompletionRequest(prefix="x = fo", suffix="\n"), stream=["o", "["])
+    waiting = host_module.Prefetch("a", CompletionRequest(prefix="x = foo", suffix="\n"), stream=[])
+    waiting.after = running
+    assert waiting.leads_to("a", CompletionRequest(prefix="x = foo[", suffix="\n"))
+    assert not waiting.leads_to("a", CompletionRequest(prefix="x = foo(", suffix="\n"))  # the running one went "["
+    running.done.set()  # ended: its answer is kept (typed through or not); the waiting one decodes on its own
+    assert waiting.leads_to("a", CompletionRequest(prefix="x = foo(", suffix="\n"))
 
 
 def test_typing_against_what_was_decoded_so_far_makes_work_stale():

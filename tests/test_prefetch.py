@@ -167,7 +167,9 @@ def test_a_decode_past_its_deadline_ends_as_the_token_budget_would():
     assert due.text and whole.text.startswith(due.text)
 
 
-def test_the_deadline_follows_the_typists_gaps():
+@contextlib.contextmanager
+def _paced_host():
+    """``(host, settings, clock)``: an engine host whose ``time.perf_counter`` is ``clock[0]``."""
     from types import SimpleNamespace
 
     from engine.settings import Settings
@@ -179,17 +181,38 @@ def test_the_deadline_follows_the_typists_gaps():
     real = host_module.time.perf_counter
     host_module.time.perf_counter = lambda: clock[0]
     try:
+        yield host, settings, clock
+    finally:
+        host_module.time.perf_counter = real
+
+
+def test_the_deadline_follows_the_typists_gaps():
+    with _paced_host() as (host, settings, clock):
         assert host._pace_deadline("a") is None  # nobody typed yet
         for gap in (0.2, 0.05, 0.3, 0.15, 0.25, 0.18, 5.0, 0.2):  # 5 s is a pause, not a gap
             clock[0] += gap
             host.keystroke("a")
         gaps = sorted([0.05, 0.3, 0.15, 0.25, 0.18, 0.2])  # the first keystroke has no gap before it
         assert host._pace_deadline("a") == clock[0] + max(0.06, gaps[int(0.1 * (len(gaps) - 1))])
-        assert host._pace_deadline("b") is None  # another document: its own typist
+        assert host._pace_deadline("b") is None  # another document, where nothing was typed yet
         clock[0] += 2.0
         assert host._pace_deadline("a") is None  # the user stopped typing: decode to the end
         clock[0] -= 2.0
         settings.generation.keep_pace = False
         assert host._pace_deadline("a") is None
-    finally:
-        host_module.time.perf_counter = real
+
+
+def test_a_document_just_opened_is_paced_by_the_typists_gaps():
+    with _paced_host() as (host, _settings, clock):
+        for gap in (0.2, 0.05, 0.3, 0.15, 0.25, 0.18, 0.2):
+            clock[0] += gap
+            host.keystroke("a")
+        assert host._pace_deadline("b") is None  # nothing typed there yet
+        clock[0] += 0.12
+        host.keystroke("b")  # the first keystroke in a document just opened
+        typist = sorted([0.05, 0.3, 0.15, 0.25, 0.18, 0.2, 0.12])
+        assert host._pace_deadline("b") == clock[0] + max(0.06, typist[int(0.1 * (len(typist) - 1))])
+        for _ in range(5):  # then its own gaps
+            clock[0] += 0.4
+            host.keystroke("b")
+        assert host._pace_deadline("b") == clock[0] + 0.4
