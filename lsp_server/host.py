@@ -243,8 +243,9 @@ class EngineHost:
         Waits for the model to load; None when it failed, when the request is cancelled, when
         ``doc`` changed while decoding (the result was computed for an older version), or when
         keeping pace (``generation.keepPace``) the deadline came first. A cancelled or late inline
-        request's work goes on between keystrokes (:meth:`_carry`); with ``keepPace`` off, or for a
-        one-line (``single_line``) request, a cancelled decode stops at the next token.
+        request's work goes on between keystrokes (:meth:`_carry`); with ``keepPace`` off, for a
+        one-line (``single_line``) request, or on a remote backend (vLLM), a cancelled decode stops at
+        the next token.
         """
         msg_id = self._server.protocol.msg_id
         version = doc.version  # the version ``cursor`` was taken from
@@ -274,10 +275,14 @@ class EngineHost:
             self.requests[doc.uri] = record
             logger.debug("engine request %s %s", doc.uri, json.dumps(record.to_wire()))
             work = asyncio.ensure_future(self._work(engine, request, doc.uri, record))
-            if not single_line and self._server.settings.generation.keep_pace:
+            # carried work (_carry): inline requests while keeping pace, in process (a remote backend's decode
+            # serves other users too: cancelled, it is aborted there, as a prefetch is never started there)
+            carriable = (not single_line and self._server.settings.generation.keep_pace
+                         and not getattr(engine, "remote", False))
+            if carriable:
                 self._carriable[msg_id] = (doc.uri, request, work, stream)
             try:
-                if deadline is None:
+                if deadline is None or not carriable:
                     await asyncio.wait({work})
                 else:  # keeping pace: the answer comes by the deadline, whatever the work still has to do
                     await asyncio.wait({work}, timeout=max(0.0, deadline - ANSWER_MARGIN_S - time.perf_counter()))
