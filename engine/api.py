@@ -283,12 +283,15 @@ class CompletionRequest:
     # result is kept as one decoded between keystrokes (``prefetched``)
     carried: threading.Event | None = None
 
+    @property
+    def carried_on(self) -> bool:
+        """Has the request been answered while its work goes on (:attr:`carried` set)?"""
+        return self.carried is not None and self.carried.is_set()
+
     def paced_until(self) -> float | None:
         """The deadline that applies now (``time.perf_counter()`` seconds): :attr:`deadline`, or None
         (no limit) once the work is :attr:`carried` on."""
-        if self.carried is not None and self.carried.is_set():
-            return None
-        return self.deadline
+        return None if self.carried_on else self.deadline
 
     def options_key(self) -> tuple:
         """What besides the texts decides the answer (budget, sampling, constraints, the file's path):

@@ -430,7 +430,7 @@ class Engine(DecodeLoop):
                 return reuse
             try:
                 result = self._retry(req, *self._complete(req))
-                result.prefetched = req.prefetch or (req.carried is not None and req.carried.is_set())
+                result.prefetched = req.prefetch or req.carried_on
                 if not result.cancelled:
                     self._recent = [*self._recent[-(self.RECENT - 1):],
                                     (req.options_key(), req.prefix, req.suffix, result)]

@@ -418,9 +418,9 @@ class EngineHost:
 
     def _pace_deadline(self, uri: str) -> float | None:
         """When an inline completion requested now in ``uri`` must end its decoding
-        (:attr:`engine.api.CompletionRequest.deadline`): while the user types (the last change less
-        than :data:`PACE_GAP_MAX_S` ago, at least :data:`PACE_MIN_GAPS` recent gaps), now plus the
-        :data:`PACE_QUANTILE` quantile of the recent gaps (at least :data:`PACE_MIN_S`): an answer
+        (:attr:`engine.api.CompletionRequest.deadline`): while the user types there (the document's
+        last change less than :data:`PACE_GAP_MAX_S` ago) and the pace is known (:meth:`pace_gap`: the
+        document's gaps, or the typist's in a document just opened), now plus that gap: an answer
         after the next keystroke is never shown, as VS Code drops it. None (no limit) otherwise, or
         when ``generation.keepPace`` is off. The first request with a deadline starts the jedi worker
         (:mod:`engine.resolve.worker`), which the monitors' queries of such requests wait for at most
@@ -464,7 +464,7 @@ class EngineHost:
         the start; a request elsewhere, or typed against the pieces decoded so far (``stream``, the
         request's ``on_token``), stops it (:meth:`_ready_answer`). Its answer, once ready, is kept
         for this position too, and the prefetch at its end follows (:meth:`_prefetch_after`)."""
-        if work.done() or request.cancel.is_set() or request.carried.is_set():
+        if work.done() or request.cancel.is_set() or request.carried_on:
             return  # ended, stopped, or carried already
         if self._server.closed:
             request.cancel.set()
@@ -695,14 +695,8 @@ class Prefetch:
         self.done = asyncio.Event()
         self.after: Prefetch | None = None  # carried work: the work under way before it, which it waits for
 
-    def serves(self, uri: str, request) -> bool:
-        """Whether ``request`` asks for this very position with the same options."""
-        mine = self.request
-        return (uri == self.uri and request.prefix == mine.prefix and request.suffix == mine.suffix
-                and request.single_line == mine.single_line and request.options_key() == mine.options_key())
-
     def leads_to(self, uri: str, request) -> bool:
-        """Whether this work may answer ``request``: the same position (:meth:`serves`), or the user
+        """Whether this work may answer ``request``: the same position with the same options, or the user
         typed at most :data:`CARRY_AHEAD` characters further (the same text after the cursor and
         options), which the answer may begin with (typed through, :meth:`engine.complete.Engine.ready_answer`)
         as far as the pieces decoded so far tell (:func:`may_begin_with`); and so may the work it waits
