@@ -78,7 +78,8 @@ LOG_DIR_ENV = "FSM_COMPLETE_REPLAY_LOGS"  # a folder: each replayed server's std
 
 def _trace(row: dict) -> None:
     """With ``$FSM_COMPLETE_REPLAY_LOGS`` set, one JSON line per request (its id is the server log's
-    request id; latency and the gap to the next keystroke in ms) in ``requests.jsonl`` there."""
+    request id; latency and the gap to the next keystroke in ms, how it was answered: ``late`` past the next
+keystroke; the mode) in ``requests.jsonl`` there."""
     folder = os.environ.get(LOG_DIR_ENV)
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -101,6 +102,7 @@ class Client:
     they arrived; server->client requests are answered with null."""
 
     def __init__(self, options: dict, env: dict | None = None):
+        self.constrained = (options.get("constraints") or {}).get("enabled", True) is not False
         log = _server_log()
         self.proc = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=log, env=env or dict(os.environ))
@@ -215,6 +217,7 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
     pending: tuple[int, float] | None = None
     sent_at: dict[int, float] = {}
     gap_ms: dict[int, float] = {}  # the gap to the next keystroke after each request
+    source_of: dict[int, str] = {}  # how each request answered in time was answered
 
     def insert(piece: str) -> None:
         nonlocal text, offset, version
@@ -254,6 +257,7 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
         record = client.request("fsmComplete/lastEngineRequest", {"textDocument": {"uri": uri}}, timeout_s=30)
         source = (record.get("result") or {}).get("source") or "none"
         sources[source] = sources.get(source, 0) + 1
+        source_of[msg_id] = source
         suggestion = _suggestion(msg, text, offset)
         if suggestion and first_shown is None:
             first_shown = _arrived
@@ -271,7 +275,8 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
         if got is not None:
             latencies.append((got[1] - sent) * 1e3)
             _trace({"uri": uri, "id": msg_id, "latency_ms": round(latencies[-1], 1),
-                    "gap_ms": round(gap_ms.get(msg_id, 0.0), 1), "error": "error" in got[0]})
+                    "gap_ms": round(gap_ms.get(msg_id, 0.0), 1), "error": "error" in got[0],
+                    "source": source_of.get(msg_id, "late"), "constrained": client.constrained})
     unanswered = requests - len(latencies)
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return {"kind": task.kind, "chars": len(target), "saved": saved, "accepted_lines": accepted,

@@ -86,20 +86,33 @@ def test_bound_names_are_accepted(buffer, completion):
 
 REFUSED = [
     (OPEN, "file, 'rb') as f:\n", "file", ","),  # issue #12: the parameter is `path`
-    (OPEN, "file) as f:\n", "file", " "),  # `)` may still end `(file for file in ...)`: settled after it
+    (OPEN, "file) as f:\n", "file", ")"),  # `)` ends the chance of `(file for file in ...)`: settled by it
     (METHOD, "return selt.size\n", "selt", "."),  # issue #12
     (FUNC, "result = Return\n", "Return", "\n"),  # issue #12
-    (FUNC, "print(pth)\n", "pth", "\n"),
+    (FUNC, "print(pth)\n", "pth", ")"),  # a call's argument: no assignment after it can bind it
+    (FUNC, "os.sep.join(pth)[0] = mode\n", "pth", ")"),  # a call in a target: its arguments are loaded
     (FUNC, "print(pth, path)\n", "pth", ","),
     (FUNC, "value = path + suffix\n", "suffix", "\n"),
     (FUNC, "x = [a, b]\n", "a", "\n"),  # `x = [a, b] = ...` would bind them
     (FUNC, "x = max(a, b)\n", "a", ","),
     (FUNC, "def inner(a=unknown):\n", "unknown", ")"),
     (FUNC, "def inner(a: int = unknown):\n", "unknown", ")"),
-    (FUNC, "label = f'{nmae}'\n", "nmae", "'"),
+    (FUNC, "label = f'{nmae}'\n", "nmae", "}"),
     (FUNC, "total += missing\n", "missing", "\n"),
     (FUNC, "results.append(path)\n", "results", "."),
 ]
+
+
+SLEEP = "import time\nTIMEOUT1, TIMEOUT2 = 0.1, 0.2\n\n\ndef wait():\n    time.sleep(TIM█)\n"
+
+
+def test_a_closing_bracket_that_settles_an_unbound_name_is_itself_refused():
+    """The user typed ``TIM`` in a call; the model's ``TIMEOUT)`` is refused at the ``)``, where the
+    name can no longer be bound, so that the decode may still choose ``2`` there (refused at the
+    character after it, every continuation of ``TIMEOUT)`` was refused and the decode ran into a fuse)."""
+    refusal, index, _ = run(SLEEP, "EOUT)")
+    assert refusal is not None and "'TIMEOUT'" in refusal.detail and "EOUT)"[index] == ")"
+    assert run(SLEEP, "EOUT2)")[0] is None
 
 
 @pytest.mark.parametrize("buffer,completion,name,at", REFUSED)

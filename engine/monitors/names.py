@@ -113,7 +113,7 @@ class NamesMonitor:
         self.first = True  # the next word opens a statement
         self.target_ok = True  # the statement so far may still be an assignment's target list
         self.regions: tuple = ()  # (kind, depth): "for" target up to ``in``, "as" target, "lambda"/"def"/"class"
-        self.pending: tuple = ()  # (name, depth) deferred: a comprehension or an assignment may bind them
+        self.pending: tuple = ()  # (name, depth, target) deferred: a comprehension or (target) an assignment may bind them
         self.next_kind = _CALL  # the kind of the bracket the last code character opened
         self.replay = False  # feeding the user's own text: build the context, judge nothing
 
@@ -140,22 +140,25 @@ class NamesMonitor:
 
     # -- deferral ----------------------------------------------------------------------------------
 
-    def _may_defer(self, depth: int) -> bool:
-        """Could a later part of the statement still bind a name written at bracket ``depth``?"""
+    def _may_defer(self, depth: int, target: bool = True) -> bool:
+        """Could a later part of the statement still bind a name written at bracket ``depth``? A
+        comprehension around it may; an assignment only when ``target``: every bracket the name was
+        written in was a tuple or list display (``(a, b) = ...``), as a name in a call, subscript or
+        dict/set display is loaded whatever follows (``f(x) = 1`` and ``f(x)[0] = 1`` bind no ``x``)."""
         if any(b.comp for b in self.stack[:depth]):
             return True
-        return self.target_ok and all(b.kind == _TUPLE for b in self.stack[:depth])
+        return target and self.target_ok and all(b.kind == _TUPLE for b in self.stack[:depth])
 
     def _settle(self, depth: int) -> Refusal | None:
         """Re-judge the deferred names now that the brackets are ``depth`` deep (a bracket closed or
         lost its chance to be a comprehension, or the statement its chance to be a target list)."""
         keep = []
-        for name, d in self.pending:
+        for name, d, target in self.pending:
             d = min(d, depth)
             if self.is_bound(name):
                 continue
-            if self._may_defer(d):
-                keep.append((name, d))
+            if self._may_defer(d, target):
+                keep.append((name, d, target))
                 continue
             self.pending = tuple(keep)
             return self._refuse(name)
@@ -194,7 +197,13 @@ class NamesMonitor:
             refusal = self._decide(ch, depth)
             if refusal is not None:
                 return refusal
-        return self._significant(ch, depth)
+        refusal = self._significant(ch, depth)
+        if refusal is None and self.pending and ch in ")]}" and depth > 0:
+            # the bracket closes with this character: what closing it settles is refused here, not at the
+            # character after it (a refused ``)`` leaves the model its other choices, ``TIMEOUT`` + ``2``;
+            # refused after it, every continuation was refused and the decode ran into a fuse)
+            refusal = self.copy()._sync(depth - 1)
+        return refusal
 
     def _sync(self, depth: int) -> Refusal | None:
         """Follow the lexer's bracket depth: a bracket it opened gets the kind its opener chose;
@@ -274,7 +283,7 @@ class NamesMonitor:
         refusal = None
         if not (binding or assign or user or self.is_bound(name)):
             if (self._may_defer(d) and not op and ch in ",)]}") or any(b.comp for b in self.stack[:d]):
-                self.pending += ((name, d),)
+                self.pending += ((name, d, all(b.kind == _TUPLE for b in self.stack[:d])),)
             else:
                 refusal = self._refuse(name)
         return refusal or self._after_op(op, d, first)
@@ -304,7 +313,7 @@ class NamesMonitor:
 
     def _bind_targets(self) -> None:
         """An assignment's ``=`` at statement level: the deferred target names are bound."""
-        for name, _ in self.pending:
+        for name, *_ in self.pending:
             self._bind(name)
         self.pending = ()
         self.target_ok = True
@@ -385,12 +394,12 @@ class NamesMonitor:
             probe = self.copy()
             if probe._decide("\n", probe.decide[1]) is not None:
                 return False
-            return all(probe.is_bound(n) for n, _ in probe.pending)
+            return all(probe.is_bound(n) for n, *_ in probe.pending)
         if self.decide is not None and not self.decide[2]:
             name = self.decide[0]
         if name and not (name[0].isdigit() or name in KEYWORDS or self.is_bound(name) or self.stmt):
             return False
-        return all(self.is_bound(n) for n, _ in self.pending)
+        return all(self.is_bound(n) for n, *_ in self.pending)
 
 
 def names_code(state, ch: str) -> bool:
