@@ -206,8 +206,12 @@ class Engine(DecodeLoop):
 
     def files_changed(self) -> None:
         """Files of the project changed on disk: no recent completion is typed through (it was
-        judged against the old files)."""
+        judged against the old files), and no names scan is reused (a star import's module may have
+        changed)."""
+        from .monitors.names import forget_scans
+
         self._recent = []
+        forget_scans()
 
     def update_settings(self, settings: Settings) -> None:
         """Apply new settings; a different model, device or dtype reloads on the next :meth:`load`."""

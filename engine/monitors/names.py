@@ -31,6 +31,8 @@ the lexer's bracket depth before it and whether it is code; it costs a set looku
 from __future__ import annotations
 
 import keyword
+import re
+import threading
 
 from ..lexing import automaton as pylex
 from ..lexing.vocabulary import STRING_PREFIXES
@@ -48,6 +50,7 @@ RULE = "unbound-name"
 KEYWORDS = frozenset(keyword.kwlist)
 _AUGMENTED = frozenset({"+=", "-=", "*=", "/=", "//=", "%=", "**=", ">>=", "<<=", "&=", "^=", "|=", "@="})
 _OP_CHARS = frozenset("+-*/%&|^@<>!~=")
+_NEWLINE = re.compile("\n")
 
 
 # what a bracket on the monitor's stack may still become
@@ -420,14 +423,14 @@ def names_monitor(prefix: str, suffix: str, depth: int, names: DocumentNames | N
     word = _cursor_word(prefix)
     if names is None:  # one scan: without the half-typed word at the cursor (see _judge_cursor_word)
         names = (_names_without_word(prefix, suffix, word, path) if word
-                 else document_names(prefix + suffix, len(prefix), path))
+                 else _document_names(prefix + suffix, len(prefix), path))
         word_names = names
     else:
         word_names = None
     if names.dynamic:
         return None
     known = names.names | BUILTIN_NAMES | MODULE_DUNDERS | STATEMENT_SOFT_KEYWORDS
-    starts = [0] + [i + 1 for i, ch in enumerate(prefix[-20_000:], max(0, len(prefix) - 20_000)) if ch == "\n"]
+    starts = [0] + [m.end() for m in _NEWLINE.finditer(prefix, max(0, len(prefix) - 20_000))]
     back = 1
     while back <= min(lookback, len(starts)) * 2:
         start = starts[max(0, len(starts) - back)]
@@ -453,6 +456,34 @@ def _cursor_word(prefix: str) -> str:
     return prefix[k:]
 
 
+_SCANS: dict = {}  # (text, cursor, path, spans) -> DocumentNames: the last few scans (_document_names)
+_SCANS_KEPT = 4
+_SCANS_LOCK = threading.Lock()
+
+
+def forget_scans() -> None:
+    """Files changed on disk: the names a star import brings may have changed (:func:`_document_names`)."""
+    with _SCANS_LOCK:
+        _SCANS.clear()
+
+
+def _document_names(text: str, cursor: int, path: str | None, spans: tuple | None = None) -> DocumentNames:
+    """:func:`document_names`, the last :data:`_SCANS_KEPT` kept: a key typed in a word leaves the text
+    the monitor scans as it was (token healing gives the half-typed word back to the model, and
+    :func:`_names_without_word` leaves it out), and a scan reads the whole document (~7 ms a
+    keystroke in the replay's 50-200 kB files, ``cProfile`` over its keystrokes, session 25)."""
+    key = (text, cursor, path, spans)
+    with _SCANS_LOCK:
+        found = _SCANS.get(key)
+    if found is None:
+        found = document_names(text, cursor, path, None if spans is None else list(spans))
+        with _SCANS_LOCK:
+            while len(_SCANS) >= _SCANS_KEPT:
+                del _SCANS[next(iter(_SCANS))]
+            _SCANS[key] = found
+    return found
+
+
 def _names_without_word(prefix: str, suffix: str, word: str, path: str | None = None) -> DocumentNames:
     """:func:`document_names` at the cursor with the word there (``word`` before the cursor and any
     word characters right after it) left out."""
@@ -466,8 +497,8 @@ def _names_without_word(prefix: str, suffix: str, word: str, path: str | None = 
         return offset if offset <= len(before) else max(len(before) + 1, offset - gone)
 
     # the scopes of the document as it is (memoised: pyflakes' judge reads the same), moved
-    spans = [(moved(a), moved(b)) for a, b in hidden_bodies(prefix + suffix, len(prefix))]
-    return document_names(before + " " + suffix[head:], len(before), path, spans)
+    spans = tuple((moved(a), moved(b)) for a, b in hidden_bodies(prefix + suffix, len(prefix)))
+    return _document_names(before + " " + suffix[head:], len(before), path, spans)
 
 
 def _judge_cursor_word(monitor: NamesMonitor, prefix: str, suffix: str, names: DocumentNames | None = None,
