@@ -79,6 +79,28 @@ def test_line_starts_cache_follows_changes():
     assert doc.cursor(Position(2, 1), UTF16).offset == 5
 
 
+def test_line_starts_follow_random_edits_as_a_fresh_count_does():
+    """A ranged change updates the line starts around it (convert.replaced_line_starts), never
+    rescanning the document: after each of many random edits of text full of CR, LF and CRLF
+    (breaks the edit joins, splits or cuts), they equal a fresh count of the new text."""
+    import random
+
+    from lsp_server.convert import line_starts, lsp_position
+
+    rng = random.Random(7)
+    pieces = ["a", "\r", "\n", "\r\n", "é", "😋", " "]
+    store = DocumentStore()
+    doc = store.open(TextDocumentItem(uri=URI, language_id="python", version=1, text="a\r\nb\rc\n"))
+    for version in range(2, 3000):
+        assert doc.starts == line_starts(doc.text)
+        a, b = sorted(rng.randint(0, len(doc.text)) for _ in range(2))
+        start, end = lsp_position(doc.text, a, UTF32), lsp_position(doc.text, b, UTF32)
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 3)))
+        store.change(VersionedTextDocumentIdentifier(uri=URI, version=version),
+                     [change((start.line, start.character), (end.line, end.character), text)], UTF32)
+    assert doc.starts == line_starts(doc.text)
+
+
 @pytest.mark.parametrize(
     "before, changes, offset",
     [

@@ -491,3 +491,22 @@ def test_a_bracket_left_open_at_the_cursor_ends_at_the_next_def(head):
     assert name_table._scan_scopes("def f():\n    " + inside) == name_table._scan_scopes("def f():\n    " + inside)
     closed = "def f(a):\n    return g(a,\n            b)\ny = 2\n"  # a closed bracket ends nothing early
     assert name_table.hidden_bodies(closed, len(closed)) == ((6, 7), (9, closed.index("y = 2")))
+
+
+def test_a_key_typed_in_a_word_scans_the_document_once(monkeypatch):
+    """Each key typed in a word leaves the text the monitor scans as it was (the word is left out;
+    token healing gives it back to the model), so the scan is kept; changed files forget it."""
+    from engine.monitors import names as names_module
+
+    calls = []
+    real = names_module.document_names
+    monkeypatch.setattr(names_module, "document_names", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    names_module.forget_scans()
+    prefix, suffix = SLEEP.split("█")
+    base = prefix[: -len("TIM")]
+    known = {names_monitor(base + typed, suffix, 1).known for typed in ("T", "TI", "TIM")}
+    assert len(calls) == 1 and len(known) == 1 and "TIMEOUT2" in known.pop()
+    healed = [names_monitor(base, suffix, 1).known for _ in range(3)]
+    assert len(calls) == 2 and healed[0] == healed[2]
+    names_module.forget_scans()
+    assert names_monitor(base, suffix, 1).known == healed[0] and len(calls) == 3

@@ -12,9 +12,11 @@ never refused while it is being written):
   ``:=``, an augmented assignment, or an annotation (``name:`` opening a statement);
 * a name that a later part of the statement may still bind is **deferred** instead of refused: in a
   bracket that can still become a comprehension (``[y for y in z]``: ``y`` is written before its
-  ``for``), and a target list (``a, b = ...``, ``(a, b) = ...``). A deferred name is settled when that
-  chance is gone: a ``,`` directly inside its bracket (no comprehension has a top-level comma), the
-  bracket closing at statement level, or the end of the statement.
+  ``for``), and a target list (``a, b = ...``, ``(a, b) = ...``; only a name written in tuple and list
+  displays: one in a call, subscript or dict/set display is loaded whatever follows, ``f(x)[0] = 1``).
+  A deferred name is settled when that chance is gone: a ``,`` directly inside its bracket (no
+  comprehension has a top-level comma), the bracket closing (the closing character itself is refused,
+  so the model keeps its other choices there: ``TIMEOUT`` + ``2``), or the end of the statement.
 
 Attribute names (after ``.``) are not this monitor's (see :mod:`.member`); numbers, string prefixes
 and words with non-ASCII characters are never judged; ``match``/``case`` statements are left alone
