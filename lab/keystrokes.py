@@ -6,8 +6,9 @@ server, where pacing, carried work and typed-through answers decide what is deco
 positions (the task's prefix and the first ``k`` characters of its target, ``k`` from 1 to the
 target's length less one; no suggestion accepted) are each decoded by the engine alone, constrained
 and unconstrained (one engine per mode, its recent completions forgotten before each request so
-that every one decodes): what the checking layer costs a keystroke, stage by stage, and what the
-retries decode. Each row in ``--out``: ``constrained``, ``task``, ``k``, the completion's ``text``,
+that every one decodes, and nothing else: ``Engine.files_changed`` would also forget the names scans a
+server keeps while the user types): what the checking layer costs a keystroke, stage by stage, and
+what the retries decode. Each row in ``--out``: ``constrained``, ``task``, ``k``, the completion's ``text``,
 the target's ``rest``, ``stop``, ``retries``, ``decoded`` (tokens over all attempts), ``tokens``
 (kept) and ``timings_ms``. The summary printed per mode: total ms at p50 and the mean, the mean of each
 stage, tokens decoded and kept, retries, non-empty completions and those the replay would accept

@@ -77,9 +77,10 @@ LOG_DIR_ENV = "FSM_COMPLETE_REPLAY_LOGS"  # a folder: each replayed server's std
 
 
 def _trace(row: dict) -> None:
-    """With ``$FSM_COMPLETE_REPLAY_LOGS`` set, one JSON line per request (its id is the server log's
-    request id; latency and the gap to the next keystroke in ms, how it was answered: ``late`` past the next
-keystroke; the mode) in ``requests.jsonl`` there."""
+    """With ``$FSM_COMPLETE_REPLAY_LOGS`` set, one JSON line per request in ``requests.jsonl`` there:
+    its id (the server log's request id), latency and the gap to the next keystroke in ms, ``error``,
+    ``source`` (``fsmComplete/lastEngineRequest``'s for an answer in time; ``error`` for an error
+    answer, ``late`` for one after the next keystroke) and ``constrained`` (the server's mode)."""
     folder = os.environ.get(LOG_DIR_ENV)
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -276,7 +277,8 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
             latencies.append((got[1] - sent) * 1e3)
             _trace({"uri": uri, "id": msg_id, "latency_ms": round(latencies[-1], 1),
                     "gap_ms": round(gap_ms.get(msg_id, 0.0), 1), "error": "error" in got[0],
-                    "source": source_of.get(msg_id, "late"), "constrained": client.constrained})
+                    "source": "error" if "error" in got[0] else source_of.get(msg_id, "late"),
+                    "constrained": client.constrained})
     unanswered = requests - len(latencies)
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return {"kind": task.kind, "chars": len(target), "saved": saved, "accepted_lines": accepted,

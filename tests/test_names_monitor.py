@@ -73,6 +73,18 @@ ACCEPTED = [
     (FUNC, "if path: result = mode\n"),
     (FUNC, "(total): int = 0\n    print(total)\n"),
     (FUNC, "else_ = path\n    if else_:\n        pass\n"),
+    # a walrus later in the statement that runs first (session 25's review: kept deferred)
+    (FUNC, "port = int(m) if (m := os.environ.get('PORT')) else 8080\n"),
+    (FUNC, "x = path[m] if (m := 1) else 0\n"),
+    (FUNC, "d = {}\n    d[k] = (k := 'key')\n"),
+    (FUNC, "fs = (lambda: print(y), (y := 1))\n"),
+    # an assignment's value that starts with an operator (before: ``=-`` was read as one operator)
+    (FUNC, "count = -1\n"),
+    (FUNC, "lo, hi = -1, 5\n"),
+    (FUNC, "x = ~len(path)\n"),
+    (FUNC, "print(path, end=-1)\n"),
+    (FUNC, "n = 0\n    n += -1\n"),
+    (FUNC, "first, *rest = -1, 2, 3\n"),
 ]
 
 
@@ -89,27 +101,28 @@ REFUSED = [
     (OPEN, "file) as f:\n", "file", ")"),  # `)` ends the chance of `(file for file in ...)`: settled by it
     (METHOD, "return selt.size\n", "selt", "."),  # issue #12
     (FUNC, "result = Return\n", "Return", "\n"),  # issue #12
-    (FUNC, "print(pth)\n", "pth", ")"),  # a call's argument: no assignment after it can bind it
-    (FUNC, "os.sep.join(pth)[0] = mode\n", "pth", ")"),  # a call in a target: its arguments are loaded
+    (FUNC, "print(pth)\n", "pth", "\n"),
+    (FUNC, "return max(pth)\n", "pth", ")"),  # settled by the bracket closing: refused at it
     (FUNC, "print(pth, path)\n", "pth", ","),
     (FUNC, "value = path + suffix\n", "suffix", "\n"),
     (FUNC, "x = [a, b]\n", "a", "\n"),  # `x = [a, b] = ...` would bind them
     (FUNC, "x = max(a, b)\n", "a", ","),
     (FUNC, "def inner(a=unknown):\n", "unknown", ")"),
     (FUNC, "def inner(a: int = unknown):\n", "unknown", ")"),
-    (FUNC, "label = f'{nmae}'\n", "nmae", "}"),
+    (FUNC, "label = f'{nmae}'\n", "nmae", "}"),  # the field closing settles it
     (FUNC, "total += missing\n", "missing", "\n"),
     (FUNC, "results.append(path)\n", "results", "."),
 ]
 
 
-SLEEP = "import time\nTIMEOUT1, TIMEOUT2 = 0.1, 0.2\n\n\ndef wait():\n    time.sleep(TIM█)\n"
+SLEEP = "TIMEOUT1, TIMEOUT2 = 0.1, 0.2\n\n\ndef wait():\n    return max(TIM█)\n"
 
 
 def test_a_closing_bracket_that_settles_an_unbound_name_is_itself_refused():
-    """The user typed ``TIM`` in a call; the model's ``TIMEOUT)`` is refused at the ``)``, where the
-    name can no longer be bound, so that the decode may still choose ``2`` there (refused at the
-    character after it, every continuation of ``TIMEOUT)`` was refused and the decode ran into a fuse)."""
+    """The user typed ``TIM`` in a call after ``return``; the model's ``TIMEOUT)`` is refused at the
+    ``)``, where the name can no longer be bound, so that the decode may still choose ``2`` there
+    (refused at the character after it, every continuation of ``TIMEOUT)`` was refused and the decode
+    ran into a fuse)."""
     refusal, index, _ = run(SLEEP, "EOUT)")
     assert refusal is not None and "'TIMEOUT'" in refusal.detail and "EOUT)"[index] == ")"
     assert run(SLEEP, "EOUT2)")[0] is None
@@ -510,3 +523,23 @@ def test_a_key_typed_in_a_word_scans_the_document_once(monkeypatch):
     assert len(calls) == 2 and healed[0] == healed[2]
     names_module.forget_scans()
     assert names_monitor(base, suffix, 1).known == healed[0] and len(calls) == 3
+
+
+def test_changed_files_forget_the_names_a_star_import_brought(tmp_path):
+    """A name added to a star-imported module is known once the files are said to have changed
+    (Engine.files_changed -> forget_scans: the kept scans and the star imports read are forgotten)."""
+    import os
+
+    from engine.monitors import names as names_module
+
+    module = tmp_path / "starmod.py"
+    module.write_text("OLDNAME = 1\n", encoding="utf-8")
+    doc = str(tmp_path / "doc.py")
+    buffer = "from starmod import *\n\nprint(█)\n"
+    names_module.forget_scans()
+    assert run(buffer, "OLDNAME)\n", path=doc)[0] is None
+    assert run(buffer, "NEWNAME)\n", path=doc)[0] is not None
+    module.write_text("OLDNAME = 1\nNEWNAME = 2\n", encoding="utf-8")
+    os.utime(module, (1, 2))  # a new modification time, however fast the file system's clock
+    names_module.forget_scans()
+    assert run(buffer, "NEWNAME)\n", path=doc)[0] is None

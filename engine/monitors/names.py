@@ -12,11 +12,12 @@ never refused while it is being written):
   ``:=``, an augmented assignment, or an annotation (``name:`` opening a statement);
 * a name that a later part of the statement may still bind is **deferred** instead of refused: in a
   bracket that can still become a comprehension (``[y for y in z]``: ``y`` is written before its
-  ``for``), and a target list (``a, b = ...``, ``(a, b) = ...``; only a name written in tuple and list
-  displays: one in a call, subscript or dict/set display is loaded whatever follows, ``f(x)[0] = 1``).
-  A deferred name is settled when that chance is gone: a ``,`` directly inside its bracket (no
-  comprehension has a top-level comma), the bracket closing (the closing character itself is refused,
-  so the model keeps its other choices there: ``TIMEOUT`` + ``2``), or the end of the statement.
+  ``for``), and a target list (``a, b = ...``, ``(a, b) = ...``; also a name in a call or subscript:
+  a walrus later in the statement may run first, ``int(m) if (m := env.get("PORT")) else 80``,
+  ``d[k] = (k := "key")``). A deferred name is settled when that chance is gone: a ``,`` directly
+  inside its bracket (no comprehension has a top-level comma), the bracket closing at statement level
+  (the closing character itself is refused, so the model keeps its other choices there), or the end
+  of the statement.
 
 Attribute names (after ``.``) are not this monitor's (see :mod:`.member`); numbers, string prefixes
 and words with non-ASCII characters are never judged; ``match``/``case`` statements are left alone
@@ -46,6 +47,7 @@ from .name_table import (
     DocumentNames,
     document_names,
     hidden_bodies,
+    namespace,
 )
 
 RULE = "unbound-name"
@@ -118,7 +120,7 @@ class NamesMonitor:
         self.first = True  # the next word opens a statement
         self.target_ok = True  # the statement so far may still be an assignment's target list
         self.regions: tuple = ()  # (kind, depth): "for" target up to ``in``, "as" target, "lambda"/"def"/"class"
-        self.pending: tuple = ()  # (name, depth, target) deferred: a comprehension or (target) an assignment may bind them
+        self.pending: tuple = ()  # (name, depth) deferred: a comprehension or an assignment may bind them
         self.next_kind = _CALL  # the kind of the bracket the last code character opened
         self.replay = False  # feeding the user's own text: build the context, judge nothing
 
@@ -145,25 +147,22 @@ class NamesMonitor:
 
     # -- deferral ----------------------------------------------------------------------------------
 
-    def _may_defer(self, depth: int, target: bool = True) -> bool:
-        """Could a later part of the statement still bind a name written at bracket ``depth``? A
-        comprehension around it may; an assignment only when ``target``: every bracket the name was
-        written in was a tuple or list display (``(a, b) = ...``), as a name in a call, subscript or
-        dict/set display is loaded whatever follows (``f(x) = 1`` and ``f(x)[0] = 1`` bind no ``x``)."""
+    def _may_defer(self, depth: int) -> bool:
+        """Could a later part of the statement still bind a name written at bracket ``depth``?"""
         if any(b.comp for b in self.stack[:depth]):
             return True
-        return target and self.target_ok and all(b.kind == _TUPLE for b in self.stack[:depth])
+        return self.target_ok and all(b.kind == _TUPLE for b in self.stack[:depth])
 
     def _settle(self, depth: int) -> Refusal | None:
         """Re-judge the deferred names now that the brackets are ``depth`` deep (a bracket closed or
         lost its chance to be a comprehension, or the statement its chance to be a target list)."""
         keep = []
-        for name, d, target in self.pending:
+        for name, d in self.pending:
             d = min(d, depth)
             if self.is_bound(name):
                 continue
-            if self._may_defer(d, target):
-                keep.append((name, d, target))
+            if self._may_defer(d):
+                keep.append((name, d))
                 continue
             self.pending = tuple(keep)
             return self._refuse(name)
@@ -196,7 +195,7 @@ class NamesMonitor:
         if ch in " \t\f\\" or (ch in "\r\n" and depth > 0):
             return None
         if self.decide is not None:
-            if ch in _OP_CHARS or (ch == ":" and not self.op):
+            if (ch in _OP_CHARS or (ch == ":" and not self.op)) and not _assigns(self.op, ch):
                 self.op += ch
                 return None
             refusal = self._decide(ch, depth)
@@ -205,8 +204,8 @@ class NamesMonitor:
         refusal = self._significant(ch, depth)
         if refusal is None and self.pending and ch in ")]}" and depth > 0:
             # the bracket closes with this character: what closing it settles is refused here, not at the
-            # character after it (a refused ``)`` leaves the model its other choices, ``TIMEOUT`` + ``2``;
-            # refused after it, every continuation was refused and the decode ran into a fuse)
+            # character after it (a refused ``)`` leaves the model its other choices, ``max(TIMEOUT`` +
+            # ``2``; refused after it, every continuation was refused and the decode ran into a fuse)
             refusal = self.copy()._sync(depth - 1)
         return refusal
 
@@ -288,7 +287,7 @@ class NamesMonitor:
         refusal = None
         if not (binding or assign or user or self.is_bound(name)):
             if (self._may_defer(d) and not op and ch in ",)]}") or any(b.comp for b in self.stack[:d]):
-                self.pending += ((name, d, all(b.kind == _TUPLE for b in self.stack[:d])),)
+                self.pending += ((name, d),)
             else:
                 refusal = self._refuse(name)
         return refusal or self._after_op(op, d, first)
@@ -318,7 +317,7 @@ class NamesMonitor:
 
     def _bind_targets(self) -> None:
         """An assignment's ``=`` at statement level: the deferred target names are bound."""
-        for name, *_ in self.pending:
+        for name, _ in self.pending:
             self._bind(name)
         self.pending = ()
         self.target_ok = True
@@ -399,12 +398,20 @@ class NamesMonitor:
             probe = self.copy()
             if probe._decide("\n", probe.decide[1]) is not None:
                 return False
-            return all(probe.is_bound(n) for n, *_ in probe.pending)
+            return all(probe.is_bound(n) for n, _ in probe.pending)
         if self.decide is not None and not self.decide[2]:
             name = self.decide[0]
         if name and not (name[0].isdigit() or name in KEYWORDS or self.is_bound(name) or self.stmt):
             return False
-        return all(self.is_bound(n) for n, *_ in self.pending)
+        return all(self.is_bound(n) for n, _ in self.pending)
+
+
+def _assigns(op: str, ch: str) -> bool:
+    """Is ``op`` already a whole assignment operator that ``ch`` begins the value after (``count =``
+    + ``-1``, ``kw=`` + ``-1``, ``x =`` + ``~mask``, ``n +=`` + ``-1``), not an operator ``ch`` goes on
+    (``=`` + ``=`` is ``==``)? Before, the operator characters ran together (``=-``) and the name
+    was judged as a load."""
+    return (op == "=" and ch != "=") or op == ":=" or op in _AUGMENTED
 
 
 def names_code(state, ch: str) -> bool:
@@ -464,13 +471,16 @@ _SCANS_LOCK = threading.Lock()
 
 
 def forget_scans() -> None:
-    """Files changed on disk: the names a star import brings may have changed (:func:`_document_names`)."""
+    """Files changed on disk: the names a star import brings may have changed; the kept scans
+    (:func:`_document_names`) and the star imports read (:func:`engine.monitors.name_table.namespace`)
+    are forgotten."""
     with _SCANS_LOCK:
         _SCANS.clear()
+    namespace.cache_clear()
 
 
 def _document_names(text: str, cursor: int, path: str | None, spans: tuple | None = None) -> DocumentNames:
-    """:func:`document_names`, the last :data:`_SCANS_KEPT` kept: a key typed in a word leaves the text
+    """:func:`document_names`, the :data:`_SCANS_KEPT` scans made last kept: a key typed in a word leaves the text
     the monitor scans as it was (token healing gives the half-typed word back to the model, and
     :func:`_names_without_word` leaves it out), and a scan reads the whole document (~7 ms a
     keystroke in the replay's 50-200 kB files, ``cProfile`` over its keystrokes, session 25)."""
