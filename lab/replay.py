@@ -275,10 +275,10 @@ def replay_task(client: Client, task, uri: str, cadence: Cadence, rng: random.Ra
         got = client.wait(msg_id, deadline)
         if got is not None:
             latencies.append((got[1] - sent) * 1e3)
+            error = "error" in got[0]
             _trace({"uri": uri, "id": msg_id, "latency_ms": round(latencies[-1], 1),
-                    "gap_ms": round(gap_ms.get(msg_id, 0.0), 1), "error": "error" in got[0],
-                    "source": "error" if "error" in got[0] else source_of.get(msg_id, "late"),
-                    "constrained": client.constrained})
+                    "gap_ms": round(gap_ms.get(msg_id, 0.0), 1), "error": error,
+                    "source": "error" if error else source_of.get(msg_id, "late"), "constrained": client.constrained})
     unanswered = requests - len(latencies)
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     return {"kind": task.kind, "chars": len(target), "saved": saved, "accepted_lines": accepted,

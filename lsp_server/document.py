@@ -54,16 +54,14 @@ class Document:
             old, new = self.text, text
             self.text = new
             self.edit_offset = len(new) - common_suffix(old, new)
+            self._starts = None  # counted again when asked for
         else:
             if (range_.end.line, range_.end.character) < (range_.start.line, range_.start.character):
                 logger.info("%s: reversed change range %s normalised", self.uri, range_)
             start, end = convert.to_engine_span(self.text, range_, encoding, self.starts)
-            starts = self.starts
             self.text = self.text[:start] + text + self.text[end:]
-            self._starts = convert.replaced_line_starts(starts, self.text, start, end, len(text))
+            self._starts = convert.replaced_line_starts(self.starts, self.text, start, end, len(text))
             self.edit_offset = start + len(text)
-            return
-        self._starts = None
 
 
 class DocumentStore:

@@ -33,9 +33,9 @@ the lexer's bracket depth before it and whether it is code; it costs a set looku
 
 from __future__ import annotations
 
+import functools
 import keyword
 import re
-import threading
 
 from ..lexing import automaton as pylex
 from ..lexing.vocabulary import STRING_PREFIXES
@@ -465,35 +465,21 @@ def _cursor_word(prefix: str) -> str:
     return prefix[k:]
 
 
-_SCANS: dict = {}  # (text, cursor, path, spans) -> DocumentNames: the last few scans (_document_names)
-_SCANS_KEPT = 4
-_SCANS_LOCK = threading.Lock()
-
-
 def forget_scans() -> None:
     """Files changed on disk: the names a star import brings may have changed; the kept scans
     (:func:`_document_names`) and the star imports read (:func:`engine.monitors.name_table.namespace`)
     are forgotten."""
-    with _SCANS_LOCK:
-        _SCANS.clear()
+    _document_names.cache_clear()
     namespace.cache_clear()
 
 
+@functools.lru_cache(maxsize=4)
 def _document_names(text: str, cursor: int, path: str | None, spans: tuple | None = None) -> DocumentNames:
-    """:func:`document_names`, the :data:`_SCANS_KEPT` scans made last kept: a key typed in a word leaves the text
+    """:func:`document_names`, the four scans used last kept: a key typed in a word leaves the text
     the monitor scans as it was (token healing gives the half-typed word back to the model, and
     :func:`_names_without_word` leaves it out), and a scan reads the whole document (~7 ms a
     keystroke in the replay's 50-200 kB files, ``cProfile`` over its keystrokes, session 25)."""
-    key = (text, cursor, path, spans)
-    with _SCANS_LOCK:
-        found = _SCANS.get(key)
-    if found is None:
-        found = document_names(text, cursor, path, None if spans is None else list(spans))
-        with _SCANS_LOCK:
-            while len(_SCANS) >= _SCANS_KEPT:
-                del _SCANS[next(iter(_SCANS))]
-            _SCANS[key] = found
-    return found
+    return document_names(text, cursor, path, None if spans is None else list(spans))
 
 
 def _names_without_word(prefix: str, suffix: str, word: str, path: str | None = None) -> DocumentNames:
