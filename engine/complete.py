@@ -540,7 +540,8 @@ class Engine(DecodeLoop):
             return result, attempt
         history = self._context_start(req, prompt, result)  # the cache model's history (None: off)
         if history is not None:
-            logits = self._mix_context(logits, history, result, self._line_so_far(plan, start.heal, ""), plan.multiline)
+            # nothing decoded yet: a line copy's end would be an empty completion, or a wrap where one may wrap
+            logits = self._mix_context(logits, history, result, self._line_so_far(plan, start.heal, ""), ends=False)
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
         dec = self._decode(self.kv, self.paced(req), plan, start, logits, result, history, prompt.ids, attempt.bans)
@@ -681,10 +682,10 @@ class Engine(DecodeLoop):
         return list(prompt.prefix_ids[-(ORDER - 1):])
 
     def _mix_context(self, logits, history: list[int], result: Completion, line: str | None = None,
-                     multiline: bool = False):
+                     ends: bool = True):
         """``[vocab]`` logits mixed with the cache model's estimate after ``history``, then with the
         line copies' estimate after ``line`` (the cursor's line so far; None: none,
-        :mod:`engine.context.lines`; ``multiline``: no vote for the line's end); each by
+        :mod:`engine.context.lines`; ``ends`` False: no vote for the line's end); each by
         :func:`engine.decode.mix_cache` with weight ``context.cache_weight`` x its confidence."""
         from .decode import mix_cache
 
@@ -693,7 +694,7 @@ class Engine(DecodeLoop):
         if pred.ids:
             result.context["mixed_steps"] += 1
             logits = mix_cache(logits, pred.ids, pred.probs, self.settings.context.cache_weight * pred.confidence)
-        copy = self.context.predict_line(line, ends=not multiline) if line is not None else None
+        copy = self.context.predict_line(line, ends=ends) if line is not None else None
         if copy is not None and copy.ids:
             result.context["line_steps"] = result.context.get("line_steps", 0) + 1
             logits = mix_cache(logits, copy.ids, copy.probs, self.settings.context.cache_weight * copy.confidence)

@@ -311,6 +311,34 @@ def test_lines_that_start_like_the_cursors_line_vote_for_their_continuation():
     assert index.votes("   x", _first_char, 10) == ([], [], 0.0)  # shorter than MIN_KEY
 
 
+def test_a_texts_unfinished_last_line_does_not_vote():
+    """Its end is no line end: the same text open twice (its cursor at the end of both) made the
+    other copy's ``return os.path.join(`` vote for ending the line there."""
+    from engine.context.lines import LineIndex
+
+    index = LineIndex()
+    index.set("open", ("def home(user):\n    return os.path.join(",))
+    assert index.votes("    return os.path.join(", _first_char, end_id=10) == ([], [], 0.0)
+    assert index.votes("def home", _first_char, end_id=10)[0] == [ord("(")]  # the finished lines still vote
+    index.set("open", ("def home(user):\n    return os.path.join(\n",))  # finished: the line does end there
+    assert index.votes("    return os.path.join(", _first_char, end_id=10)[0] == [10]
+
+
+def test_the_same_text_open_twice_completes_as_one_does(engine):
+    """The real engine and model at the end of a document whose text another open document has too
+    (the same file under two URIs, a copy): the other copy's unfinished last line is no line copy,
+    and before the first token no copied line votes for ending the line (the vote became a wrap:
+    ``\n\"\"\"\"\"\")`` instead of ``user, 'user')``)."""
+    from engine.api import CompletionRequest, ProjectContext
+
+    text = "import os\n\n\ndef home(user):\n    return os.path.join("
+    alone = engine.complete(CompletionRequest(prefix=text))
+    assert alone.text and "\n" not in alone.text
+    for other in (text, text + "\n"):  # unfinished; finished, where the line copy would end it before a word
+        twice = engine.complete(CompletionRequest(prefix=text, project=ProjectContext(documents={"untitled:h.py": other})))
+        assert twice.text == alone.text, other[-8:]
+
+
 def test_line_votes_are_asked_once_per_first_piece():
     from engine.context.lines import LineIndex
 

@@ -38,10 +38,13 @@ PIECE = re.compile(r" ?[^\W\d]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+")
 
 
 def stripped_lines(texts: Iterable[str]) -> list[str]:
-    """The non-blank lines of ``texts`` (any line ending; a lone surrogate becomes U+FFFD, as the
-    tokenizer takes only Unicode scalar values), each without its indentation and trailing white
-    space, sorted."""
-    out = [line.strip() for text in texts for line in normalize_eol(scalar_text(text)).split("\n")]
+    """The non-blank finished lines of ``texts`` (any line ending; a lone surrogate becomes U+FFFD,
+    as the tokenizer takes only Unicode scalar values), each without its indentation and trailing
+    white space, sorted. A text's last line without a line break after it is left out: it may be
+    unfinished (another open document typed into at its end, a file cut short), and its end would
+    vote for ending the cursor's line there (``return os.path.join(`` + a line break, when the same
+    text is open twice)."""
+    out = [line.strip() for text in texts for line in normalize_eol(scalar_text(text)).split("\n")[:-1]]
     return sorted(line for line in out if line)
 
 
