@@ -110,6 +110,7 @@ def settings_key(settings) -> dict:
     from engine.settings import to_wire
 
     wire = to_wire(settings)
+    wire.pop("logLevel", None)  # how much a process logs changes no answer (a server at "debug" may borrow)
     if not settings.model.path.startswith("ollama:"):
         wire["model"]["path"] = str(settings.model_dir().resolve())
         # a checkpoint replaced at the same path is another model: the daemon that loaded the old one refuses
@@ -238,6 +239,38 @@ def ask(args, settings, text: str, offset: int, path: str | None) -> tuple[int, 
     print(f"fsm-complete: the daemon did not answer ({reason or 'a malformed answer'}); answering in this process",
           file=sys.stderr)
     return None
+
+
+def borrow(settings, text: str, offset: int, path: str | None, timeout: float) -> tuple[dict | None, str | None]:
+    """A completion from a running daemon for a process whose own model is still loading (the
+    language server: :meth:`lsp_server.host.EngineHost.complete`), as ``complete --json`` would print
+    it at code-point ``offset`` (0-based) of ``text`` with ``settings`` (constrained or not as
+    ``settings.constraints.enabled`` says; the line-or-block policy, token budget and seed of the
+    settings): ``(item, None)`` with the item (``text``, ``range`` in 1-based lines and code-point
+    columns, ``multiline``, ``stop_reason``, ``validation``, ...); ``(None, None)`` when no daemon
+    listens; ``(None, reason)`` when one refused (other settings or code, another user, a socket
+    folder open to others), did not answer within ``timeout`` s, or failed. No status request first
+    and nothing printed: the caller gives up on a reason and says it once."""
+    if not _is_socket(socket_path()):
+        return None, None
+    args = {"command": "complete", "json": True, "no_constraints": not settings.constraints.enabled,
+            "multiline": None, "max_tokens": None, "temperature": None, "seed": 0}
+    answer = _call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings), "args": args,
+                    "text": text, "offset": offset, "path": path}, timeout=timeout)
+    if answer is None:
+        return None, None
+    reason = answer.get("refused") or answer.get("error")
+    if reason is None and answer.get("rc") != 0:
+        reason = str(answer.get("stderr") or f"exit code {answer.get('rc')!r}").strip()
+    if reason is None:
+        try:
+            item = json.loads(answer.get("stdout") or "")
+        except ValueError:
+            item = None
+        if isinstance(item, dict) and isinstance(item.get("text"), str):
+            return item, None
+        reason = "a malformed answer"
+    return None, reason
 
 
 def command(args, settings, load_engine, answer) -> int:

@@ -49,6 +49,7 @@ ANSWER_MARGIN_S = 0.015  # keeping pace: an answer leaves this long before the d
 HEAL_MAX_CHARS = 64  # the longest start of a decode that may re-type the end of its prefix (may_begin_with)
 CARRY_AHEAD = 32  # characters typed past a position whose work is under way that still wait for it (Prefetch.leads_to)
 COLLECT_AFTER_S = 0.02  # after a decode ends, when the garbage collection it put off may run (engine.gc_pauses)
+BORROW_TIMEOUT_S = 2.0  # while the model loads: how long the resident daemon may take to answer (_from_daemon)
 CLIENT_REQUEST_TIMEOUT_S = 10.0  # how long a server->client request (progress, configuration) may take
 _EXIT_JOIN_TIMEOUT_S = 2.0
 
@@ -67,6 +68,8 @@ class EngineHost:
         self._ready = asyncio.Event()  # set: the model loaded or failed to
         self._load_task: asyncio.Task | None = None
         self._load_generation = 0
+        self._borrowing: asyncio.Future | None = None  # the question out to the resident daemon (_from_daemon)
+        self._borrow_refused: str | None = None  # why the daemon is not asked again during this load
         self._shown_errors: set[str] = set()  # decode failures already shown with window/showMessage
         self._backend_down = False  # the vLLM backend's server did not answer the last request (shown once)
         self._decode_lock = asyncio.Lock()
@@ -149,6 +152,7 @@ class EngineHost:
         """Load the model for the server's current settings in the background (replacing any
         engine or load error)."""
         self.engine, self.engine_error = None, None
+        self._borrow_refused = None
         self._ready.clear()
         self._load_task = asyncio.ensure_future(self.load())
 
@@ -255,8 +259,12 @@ class EngineHost:
         cancel = threading.Event()
         self._cancel_events[msg_id] = cancel
         try:
-            if not self._ready.is_set() and not single_line and (early := self._while_loading(doc, cursor, msg_id)):
-                return early
+            if not self._ready.is_set() and not single_line:
+                early = self._while_loading(doc, cursor, msg_id) or await self._from_daemon(doc, cursor, msg_id)
+                if early is not None:
+                    if self._server.documents.get(doc.uri) is not doc or doc.version != version:
+                        return None  # typed on meanwhile: the answer is for an older text
+                    return early
             await self._ready.wait()
             engine = self.engine
             if engine is None:
@@ -328,6 +336,50 @@ class EngineHost:
         record.completed(completion, cancelled=False)
         self.requests[doc.uri] = record
         logger.debug("request %r answered with a line copy while the model loads", msg_id)
+        return completion
+
+    async def _from_daemon(self, doc: Document, cursor: convert.Cursor, msg_id) -> Completion | None:
+        """While the model loads, the resident daemon's (:func:`fsm_complete.daemon.borrow`: ``fsm-complete
+        daemon start``, the same settings and code, this user's): its completion at ``cursor``, the text
+        this server will give once loaded (the daemon has no other open documents as project context).
+        None (the request waits for the model) when no daemon runs, when one refused or did not answer
+        within :data:`BORROW_TIMEOUT_S` (said once in the log; not asked again until the next load), or
+        when the model loaded first. One question at a time: a request that comes while one is out waits
+        for its answer first (a daemon answers one completion at a time, and keystrokes would queue stale
+        ones there); a request cancelled meanwhile sends nothing. The record's ``source`` is ``daemon``."""
+        from fsm_complete import daemon
+
+        while self._borrowing is not None and not self._borrowing.done():
+            await asyncio.wait({self._borrowing})
+        if self._ready.is_set() or self._borrow_refused is not None:
+            return None
+        t0 = time.perf_counter()
+        generation = self._load_generation
+        self._borrowing = self.in_thread(daemon.borrow, self._server.settings, cursor.text, cursor.offset,
+                                         convert.document_path(doc.uri), BORROW_TIMEOUT_S, name="fsm-complete-borrow")
+        try:
+            item, reason = await asyncio.shield(self._borrowing)  # a cancelled request leaves the question out
+        except Exception as exc:  # noqa: BLE001 - a settings key or socket fault: the model answers instead
+            item, reason = None, f"{type(exc).__name__}: {exc}"
+        if reason is not None:
+            if generation == self._load_generation and self._borrow_refused is None:
+                self._borrow_refused = reason
+                logger.info("not asking the resident daemon while the model loads: %s", reason)
+            return None
+        if item is None:
+            return None
+        try:
+            completion = _borrowed(item, (time.perf_counter() - t0) * 1e3)
+        except (KeyError, TypeError, ValueError) as exc:
+            logger.info("the resident daemon's answer is unreadable (%s); waiting for the model", exc)
+            self._borrow_refused = f"unreadable answer: {exc}"
+            return None
+        record = EngineRequestRecord(id=msg_id, version=doc.version, offset=cursor.offset, source="daemon")
+        record.completed(completion, cancelled=False)
+        record.mode = None  # decided in the daemon (its fingerprint is not in the answer)
+        self.requests[doc.uri] = record
+        logger.debug("request %r answered by the resident daemon while the model loads (%.0f ms)", msg_id,
+                     completion.timings_ms["total"])
         return completion
 
     async def explain(self, doc: Document, cursor: convert.Cursor) -> dict | None:
@@ -731,6 +783,23 @@ def may_begin_with(decoded: str, prefix: str, typed: str) -> bool:
         if rest.startswith(typed) or typed.startswith(rest):
             return True
     return False
+
+
+def _borrowed(item: dict, elapsed_ms: float) -> Completion:
+    """The :class:`Completion` of a daemon's ``complete --json`` item (:func:`fsm_complete.daemon.borrow`):
+    ``replace_suffix`` from its range (1-based code-point columns; it never leaves the cursor's line),
+    ``timings_ms`` the daemon's stages and ``total``: ``elapsed_ms``, the question's whole time here.
+    Raises KeyError, TypeError or ValueError for an item without them."""
+    start, end = item["range"]["start"], item["range"]["end"]
+    replace = int(end["column"]) - int(start["column"]) if end["line"] == start["line"] else 0
+    if not isinstance(item["text"], str) or replace < 0:
+        raise ValueError("text or range")
+    timings = {k: float(v) for k, v in (item.get("timings_ms") or {}).items()}
+    return Completion(text=item["text"], replace_suffix=replace, multiline=bool(item.get("multiline")),
+                      stop_reason=StopReason(item["stop_reason"]) if item.get("stop_reason") else None,
+                      validation=str(item.get("validation") or ""), tokens=int(item.get("tokens") or 0),
+                      prompt_tokens=int(item.get("prompt_tokens") or 0), fuses=int(item.get("fuses") or 0),
+                      timings_ms={**timings, "total": round(elapsed_ms, 2)})
 
 
 def _load_engine(settings: Settings, progress: Callable[[str, float], None]):

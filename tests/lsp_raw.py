@@ -32,10 +32,11 @@ def encode(message: dict) -> bytes:
 class RawServer:
     """The server process with a recording reader thread."""
 
-    def __init__(self, command: list[str] | None = None):
+    def __init__(self, command: list[str] | None = None, env: dict | None = None):
         self.proc = subprocess.Popen(
             command or SERVER_COMMAND,
             cwd=ROOT,
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

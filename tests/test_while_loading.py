@@ -4,12 +4,21 @@ copy waits for the model as before. Real server process, real embedded model."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 from lsp_raw import RawServer
 
 from engine.context.lines import line_copy
 from lab.replay import Cadence, first_answer
 from lab.tasks import Task
 
+ROOT = Path(__file__).resolve().parent.parent
 MAIN = 'if __name__ == "__main__":\n    main()\n\n\nif __name__ == "__main__":\n    run()\n\n\nif __name__ == '
 
 
@@ -81,3 +90,107 @@ def test_the_idle_start_probe_times_one_request_per_fresh_server():
     out = measure(spawns=1, idle_s=0.5)
     (row,) = out["rows"]
     assert row["latency_ms"] > 0 and row["stages_ms"]["total"] > 0 and out["latency_ms_p50"] == row["latency_ms"]
+
+
+# -- a resident daemon answers while the model loads (lsp_server.host.EngineHost._from_daemon)
+
+FUNC = "import os\n\n\ndef home(user):\n    return os.path.join("
+FUNC_AT = (4, len("    return os.path.join("))
+
+
+def _cli(env, *argv):
+    return subprocess.run([sys.executable, "-m", "fsm_complete", *argv], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def resident(tmp_path_factory):
+    """A daemon (``fsm-complete daemon start``, the default settings) on a socket of the test's own,
+    asked once already (a resident daemon has answered before)."""
+    if not hasattr(socket, "AF_UNIX"):
+        pytest.skip("the daemon needs Unix sockets")
+    env = dict(os.environ, FSM_COMPLETE_SOCKET=str(tmp_path_factory.mktemp("resident") / "d.sock"))
+    started = _cli(env, "daemon", "start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    pid = int(started.stdout.split("pid")[1].split()[0])
+    asked = _cli(env, "complete", "examples/demo.py:20:16")
+    assert asked.returncode == 0, asked.stderr
+    yield env
+    _cli(env, "daemon", "stop")
+    try:
+        os.kill(pid, signal.SIGKILL)  # only when stop failed
+    except ProcessLookupError:
+        pass
+
+
+def _served(env) -> int:
+    status = _cli(env, "daemon", "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    return int(next(line.split(":")[1] for line in status.stdout.splitlines() if "requests:" in line))
+
+
+def _open(server: RawServer, uri: str, text: str) -> None:
+    server.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                            "text": text}})
+
+
+def test_a_resident_daemon_answers_while_the_model_loads_as_the_loaded_model_does(resident):
+    server = RawServer(env=resident)
+    try:
+        server.initialize({"window": {"workDoneProgress": True}}, {"fsmComplete": {"logLevel": "debug"}})
+        _open(server, "untitled:h.py", FUNC)
+        items, record = _request(server, "untitled:h.py", *FUNC_AT)
+        assert record["source"] == "daemon", record
+        borrowed = [item["insertText"] for item in items]
+        assert borrowed and borrowed[0], "the daemon's model completes inside the call"
+        server.wait_model_loaded()
+        _open(server, "untitled:h2.py", FUNC)  # the same text, a document the server never answered in
+        items, record = _request(server, "untitled:h2.py", *FUNC_AT)
+        assert record["source"] == "decoded", record
+        assert [item["insertText"] for item in items] == borrowed
+    finally:
+        server.kill()
+
+
+def test_keystrokes_while_a_question_is_out_do_not_queue_at_the_daemon(resident):
+    """VS Code cancels the request of each keystroke it typed past: those never reach the daemon, so a
+    daemon that answers one completion at a time is not left with a queue of stale ones."""
+    before = _served(resident)
+    server = RawServer(env=resident)
+    try:
+        server.initialize({"window": {"workDoneProgress": True}})
+        _open(server, "untitled:q.py", FUNC)
+        line, character = FUNC_AT
+        ids = []
+        for version, piece in enumerate("user", start=2):
+            server.notify("textDocument/didChange", {
+                "textDocument": {"uri": "untitled:q.py", "version": version},
+                "contentChanges": [{"range": {"start": {"line": line, "character": character},
+                                              "end": {"line": line, "character": character}}, "text": piece}]})
+            character += 1
+            if ids:
+                server.notify("$/cancelRequest", {"id": ids[-1]})
+            ids.append(server.request("textDocument/inlineCompletion", {
+                "textDocument": {"uri": "untitled:q.py"}, "position": {"line": line, "character": character},
+                "context": {"triggerKind": 2}}))
+        for msg_id in ids:
+            server.response(msg_id, timeout=120)
+        record = server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": "untitled:q.py"}})["result"]
+        assert record["offset"] == len(FUNC) + 4
+    finally:
+        server.kill()
+    asked = _served(resident) - before
+    assert 1 <= asked <= 2, f"{asked} questions reached the daemon for 4 keystrokes (the first and the last at most)"
+
+
+def test_a_daemon_with_other_settings_is_passed_over_and_the_model_answers(resident):
+    server = RawServer(env=resident)
+    try:
+        server.initialize({"window": {"workDoneProgress": True}}, {"fsmComplete": {"generation": {"maxTokens": 40}}})
+        _open(server, "untitled:o.py", FUNC)
+        _, record = _request(server, "untitled:o.py", *FUNC_AT)
+        assert record["source"] == "decoded", record
+        assert "not asking the resident daemon while the model loads: it was started with other model options" \
+               in server.stderr_text()
+    finally:
+        server.kill()
