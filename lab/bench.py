@@ -565,8 +565,10 @@ def print_summary(report: dict) -> None:
 def run_replay(args) -> dict:
     """``bench --replay``: the tasks typed through a real server at each ``--cadence``
     (:mod:`lab.replay`); ``report.json`` holds them under ``replay``, ``replay.png`` plots characters
-    saved against the cadence, and ``first_answer`` the time from spawning a server to its first
-    non-empty suggestion (:func:`lab.replay.first_answer`)."""
+    saved against the cadence, ``first_answer`` the time from spawning a server to its first
+    non-empty suggestion (:func:`lab.replay.first_answer`), and ``first_answer_daemon`` the same with a
+    resident daemon of the same model (:func:`lab.replay.resident_daemon`; its answers while the
+    server loads: :meth:`lsp_server.host.EngineHost._from_daemon`)."""
     from . import replay
 
     tasks, _ = sample_all(args)
@@ -594,6 +596,9 @@ def run_replay(args) -> dict:
               "replay": result,
               "first_answer": replay.first_answer(tasks, replay.Cadence(mean_ms=gaps[0]), seed=args.seed,
                                                   model=args.model, settings=settings)}
+    with replay.resident_daemon(args.model) as env:  # an editor started again while a daemon keeps the model loaded
+        report["first_answer_daemon"] = replay.first_answer(tasks, replay.Cadence(mean_ms=gaps[0]), seed=args.seed,
+                                                            model=args.model, settings=settings, env=env)
     (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     if len(gaps) > 1:
         replay.plot(result, out / "replay.png")

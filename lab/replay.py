@@ -26,6 +26,8 @@ came, ``fsmComplete/lastEngineRequest``'s ``source``: ``decoded``, ``typedThroug
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -33,10 +35,11 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-import dataclasses
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from .bench_lsp import read_message, utf16_position
 
@@ -354,19 +357,20 @@ def replay(tasks, cadences: list[Cadence], seed: int = 0, model: str | None = No
 
 
 def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = None, spawns: int = 5,
-                 settings: dict | None = None) -> dict:
+                 settings: dict | None = None, env: dict | None = None) -> dict:
     """Spawn to the first non-empty answer, as an editor starting the server meets it: for each of the
     first ``spawns`` tasks a fresh server (constrained, the default settings) is spawned, the task's
     document opened at once and its target typed from then on at ``cadence`` (no pause after the
     open: the server is started by opening the file, and the user types while it loads); the time
     from the spawn to the first non-empty suggestion that arrived before the next keystroke, in ms
-    (None for a task where none came). ``first_answer_ms``: their median over the tasks with one."""
+    (None for a task where none came). ``first_answer_ms``: their median over the tasks with one.
+    ``env``: the servers' environment (:func:`resident_daemon`'s: a daemon answers while they load)."""
     cadence = dataclasses.replace(cadence, open_ms=0.0)
     times: list[float | None] = []
     for i, task in enumerate(tasks[:spawns]):
         options = _options(settings, **({"model": {"path": model}} if model else {}))
         t0 = time.perf_counter()
-        client = Client(options)
+        client = Client(options, env=env)
         try:
             row = replay_task(client, task, f"untitled:first-{i}.py", cadence, random.Random(seed * 1000 + 999 + i))
         finally:
@@ -376,6 +380,29 @@ def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = Non
     shown = [t for t in times if t is not None]
     return {"first_answer_ms": round(statistics.median(shown), 1) if shown else None, "per_task_ms": times,
             "cadence": asdict(cadence)}
+
+
+@contextlib.contextmanager
+def resident_daemon(model: str | None = None):
+    """A resident daemon (``fsm-complete daemon start``, the embedded model or ``model``, the default
+    settings otherwise) on a socket in a private temporary folder, asked once (as a daemon that has
+    answered before: its caches warm); yields the environment of servers that find it
+    (``$FSM_COMPLETE_SOCKET``). Stopped on exit. Raises RuntimeError when it does not start."""
+    with tempfile.TemporaryDirectory(prefix="fsm-complete-replay-") as folder:
+        env = dict(os.environ, FSM_COMPLETE_SOCKET=os.path.join(folder, "d.sock"))
+        command = [sys.executable, "-m", "fsm_complete"]
+        more = ["--model", model] if model else []
+        started = subprocess.run([*command, "daemon", "start", *more], env=env, capture_output=True, text=True,
+                                 check=False, timeout=600)
+        if started.returncode != 0:
+            raise RuntimeError(f"the daemon did not start: {started.stderr.strip()}")
+        try:
+            demo = Path(__file__).resolve().parent.parent / "examples" / "demo.py"
+            subprocess.run([*command, "complete", f"{demo}:20:16", *more], env=env, capture_output=True, check=False,
+                           timeout=600)
+            yield env
+        finally:
+            subprocess.run([*command, "daemon", "stop"], env=env, capture_output=True, check=False, timeout=60)
 
 
 def plot(report: dict, path) -> None:

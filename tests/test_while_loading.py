@@ -194,3 +194,19 @@ def test_a_daemon_with_other_settings_is_passed_over_and_the_model_answers(resid
                in server.stderr_text()
     finally:
         server.kill()
+
+
+def test_the_bench_measures_the_first_answer_with_a_resident_daemon():
+    """``bench --replay``'s ``first_answer_daemon``: servers spawned in :func:`lab.replay.resident_daemon`'s
+    environment find its daemon (asked once when it starts, then by the server while it loads); it
+    is stopped afterwards."""
+    from lab.replay import resident_daemon
+
+    if not hasattr(socket, "AF_UNIX"):
+        pytest.skip("the daemon needs Unix sockets")
+    task = Task("args", "h.py", FUNC, "user, 'user')", "\n", True)
+    with resident_daemon() as env:
+        assert _served(env) == 1
+        out = first_answer([task], Cadence(mean_ms=150, jitter=0.1, burst=0.0, pause=0.0), spawns=1, env=env)
+        assert _served(env) > 1 and len(out["per_task_ms"]) == 1
+    assert _cli(env, "daemon", "status").returncode == 1  # not running
