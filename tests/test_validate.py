@@ -399,3 +399,40 @@ def test_real_lines_typed_into_open_brackets_are_never_refused():
             assert validate(prefix, rest, suffix, lexer.top_level) == [], (name, i)
             checked += 1
     assert checked >= 50
+
+
+def test_the_suffix_depth_shared_by_candidates_is_the_depth_of_each_whole_region():
+    """``_RegionJudge._depth_with`` reads the region's suffix once per set of brackets left open, and
+    only where no scanner decision crosses the cursor: for random candidates (quotes, prefix letters,
+    braces, backslashes, comments, newlines before statement keywords, brackets of every kind) at
+    cursors in real files, it equals the scan of the whole region with the candidate in it."""
+    import random
+
+    from engine.validate import _depth, _RegionJudge
+    from lab.corpus import stdlib_dir
+
+    rng = random.Random(7)
+    atoms = ["(", ")", "[", "]", "{", "}", "'", '"', "'''", "f'", "rb'", "x", "ab", " ", "\n", "\n    ", "\ndef f", "\n  de",
+             "\\", "\\\n", "#c", ",", ":", "=", "1", "for", " if "]
+    files = ["json/encoder.py", "textwrap.py", "shlex.py", "argparse.py"]
+    shared = checked = 0
+    for name in files:
+        text = (stdlib_dir() / name).read_text(encoding="utf-8")
+        for _ in range(12):
+            cut = rng.randrange(len(text) // 4, len(text))
+            prefix, suffix = text[:cut], text[cut:]
+            if rng.random() < 0.5:  # a call the user is typing, still open: the region runs to the file's end
+                prefix += "    value = compute(alpha, beta"
+            judge = _RegionJudge(prefix, suffix)
+            for _ in range(25):
+                candidate = "".join(rng.choice(atoms) for _ in range(rng.randrange(0, 6)))
+                before = len(judge._rest_depth or {})
+                assert judge._depth_with(candidate) == _depth(judge.rp + candidate + judge.rs), (name, cut, candidate)
+                checked += 1
+                shared += judge._rest_depth is not None and len(judge._rest_depth) == before
+    assert checked == 1200 and shared > 300  # many found the suffix's depth already read (or could not share it)
+    # a candidate whose last line starts a keyword the suffix ends (``de`` + ``f``): the scanner's recovery
+    # at a statement keyword in brackets reads across the cursor, so that depth is not the one shared
+    judge = _RegionJudge("def g():\n    return h(1, ", "f k(x):\n        y = x\n")
+    for candidate in ("2", "\n  de", "3"):
+        assert judge._depth_with(candidate) == _depth(judge.rp + candidate + judge.rs), candidate
