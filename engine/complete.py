@@ -540,7 +540,8 @@ class Engine(DecodeLoop):
             return result, attempt
         history = self._context_start(req, prompt, result)  # the cache model's history (None: off)
         if history is not None:
-            # nothing decoded yet: a line copy's end would be an empty completion, or a wrap where one may wrap
+            # nothing of its own decoded yet (the first token, or the healed word re-typed: see the decode loop):
+            # a line copy's end would be an empty completion, or a wrap where one may wrap
             logits = self._mix_context(logits, history, result, self._line_so_far(plan, start.heal, ""), ends=False)
         t4 = clock()
         mixed = result.context.get("mix_ms", 0.0) if history is not None else 0.0
@@ -676,7 +677,8 @@ class Engine(DecodeLoop):
         t = time.perf_counter()
         self.context.set_document(prompt.prefix_ids, prompt.suffix_ids)
         self.context.set_document_text(req.prefix, req.suffix)
-        synced = self.context.sync(scopes_for(req.project, self.settings.context), req.path, wait=False)
+        synced = self.context.sync(scopes_for(req.project, self.settings.context), req.path, wait=False,
+                                   text=req.prefix + req.suffix)
         result.context = {"counted": self.context.sizes(), "tokenized": synced, "mixed_steps": 0, "mix_ms": 0.0,
                           "sync_ms": round((time.perf_counter() - t) * 1e3, 2)}
         return list(prompt.prefix_ids[-(ORDER - 1):])

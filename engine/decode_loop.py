@@ -187,7 +187,8 @@ class DecodeLoop:
             logits = self._next_logits(choice.tok, plan, start, dec, stop_ids, history)
             if history is not None:  # once per model step, before any mask (a step back reuses it)
                 logits = self._mix_context(logits, history + dec.gen, result,
-                                           self._line_so_far(plan, start.heal, dec.text), ends=not plan.multiline)
+                                           self._line_so_far(plan, start.heal, dec.text),
+                                           ends=not plan.multiline and len(dec.text) > len(start.heal))
         if dec.drafts is not None:
             result.speculative = dec.drafts.as_dict()
         self.budget_cut(dec, plan)

@@ -322,21 +322,34 @@ def test_a_texts_unfinished_last_line_does_not_vote():
     assert index.votes("def home", _first_char, end_id=10)[0] == [ord("(")]  # the finished lines still vote
     index.set("open", ("def home(user):\n    return os.path.join(\n",))  # finished: the line does end there
     assert index.votes("    return os.path.join(", _first_char, end_id=10)[0] == [10]
+    # the document's own text after the cursor and a workspace file are not typed into: their last line counts
+    for scope in ("document", "workspace"):
+        index = LineIndex()
+        index.set(scope, ("x = 1\ncfg = helpers.frobnicate(cfg, 3)",))
+        assert index.votes("cfg = helpers.frob", _first_char, end_id=10)[0] == [ord("n")], scope
 
 
 def test_the_same_text_open_twice_completes_as_one_does(engine):
-    """The real engine and model at the end of a document whose text another open document has too
-    (the same file under two URIs, a copy): the other copy's unfinished last line is no line copy,
-    and before the first token no copied line votes for ending the line (the vote became a wrap:
-    ``\n\"\"\"\"\"\")`` instead of ``user, 'user')``)."""
+    """The real engine and model in a document whose text another open document has too (the same
+    buffer under two URIs): that copy is left out of the project context (its copy of the cursor's
+    unfinished line said the line ends there: ``\n\"\"\"\"\"\")`` instead of ``user, 'user')``, an
+    empty completion after ``print(se``); and before the completion writes its own first character
+    no copied line votes for ending the line (that vote became a wrap)."""
     from engine.api import CompletionRequest, ProjectContext
 
     text = "import os\n\n\ndef home(user):\n    return os.path.join("
     alone = engine.complete(CompletionRequest(prefix=text))
     assert alone.text and "\n" not in alone.text
-    for other in (text, text + "\n"):  # unfinished; finished, where the line copy would end it before a word
+    for other in (text, text + "\n"):  # the same buffer; finished, where the line copy would end it before a word
         twice = engine.complete(CompletionRequest(prefix=text, project=ProjectContext(documents={"untitled:h.py": other})))
         assert twice.text == alone.text, other[-8:]
+    # mid-file, in a word (the model re-types its end first): the other copy's line ``print(se`` ends there
+    prefix = "class Printer:\n    def show(self, i):\n        if i:\n            print(se"
+    suffix = "\n        return i\n\n\nPrinter().show(1)\n"
+    alone = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix))
+    twice = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix,
+                                              project=ProjectContext(documents={"untitled:p.py": prefix + suffix})))
+    assert alone.text and twice.text == alone.text
 
 
 def test_line_votes_are_asked_once_per_first_piece():

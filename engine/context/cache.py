@@ -68,15 +68,20 @@ class ContextCache:
             self.lines.set("document", (prefix[:prefix.rfind("\n") + 1], after))
 
     def sync(self, project: ProjectContext | None, exclude: str | None = None,
-             stop: threading.Event | None = None, wait: bool = True, scopes: tuple = ("open", "workspace")) -> int:
+             stop: threading.Event | None = None, wait: bool = True, scopes: tuple = ("open", "workspace"),
+             text: str | None = None) -> int:
         """Make the ``scopes`` (``open``, ``workspace``) count ``project``'s texts (all but the
         document named ``exclude``: a path or an unsaved buffer's URI, see :func:`document_key`; a
-        workspace file that is open counts as the open document); None empties them. ``stop`` set
+        workspace file that is open counts as the open document; and an open document whose text is
+        ``text``, the current document's: the same buffer under another URI, whose copy of the
+        cursor's unfinished line would say the line ends there); None empties them. ``stop`` set
         ends early (between batches). ``wait`` False: leave the workspace scope as it is when another
         sync of it is running (a request does not wait for a workspace scan); the open documents are
         always synced (a request leaves its own document out of them, whoever synced last).
         Returns how many texts were (re)tokenized."""
         documents = dict(project.documents) if project is not None else {}
+        if text is not None:
+            documents = {k: v for k, v in documents.items() if not (len(v) == len(text) and v == text)}
         wanted = {"open": documents,
                   "workspace": {k: v for k, v in project.workspace.items() if k not in documents}
                   if project is not None else {}}

@@ -37,14 +37,16 @@ _LAST = "\U0010ffff"  # sorts after every character: key + _LAST bounds the line
 PIECE = re.compile(r" ?[^\W\d]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+")
 
 
-def stripped_lines(texts: Iterable[str]) -> list[str]:
-    """The non-blank finished lines of ``texts`` (any line ending; a lone surrogate becomes U+FFFD,
-    as the tokenizer takes only Unicode scalar values), each without its indentation and trailing
-    white space, sorted. A text's last line without a line break after it is left out: it may be
-    unfinished (another open document typed into at its end, a file cut short), and its end would
-    vote for ending the cursor's line there (``return os.path.join(`` + a line break, when the same
-    text is open twice)."""
-    out = [line.strip() for text in texts for line in normalize_eol(scalar_text(text)).split("\n")[:-1]]
+def stripped_lines(texts: Iterable[str], finished: bool = False) -> list[str]:
+    """The non-blank lines of ``texts`` (any line ending; a lone surrogate becomes U+FFFD, as the
+    tokenizer takes only Unicode scalar values), each without its indentation and trailing white
+    space, sorted. ``finished``: a text's last line without a line break after it is left out, as
+    another open document's may be typed into at its end (its end would vote for ending the cursor's
+    line there: ``return os.path.join(`` + a line break, when the same text is open twice)."""
+    out = []
+    for text in texts:
+        lines = normalize_eol(scalar_text(text)).split("\n")
+        out.extend(line.strip() for line in (lines[:-1] if finished else lines))
     return sorted(line for line in out if line)
 
 
@@ -58,14 +60,15 @@ class LineIndex:
         self._memo: tuple | None = None  # (key, the index it was read from, its groups): _matches' last answer
 
     def set(self, scope: str, texts: tuple[str, ...]) -> None:
-        """Index ``texts`` as ``scope``'s lines; nothing is done when they are the texts indexed
-        before. A reader (:meth:`blocks`) may run meanwhile: it keeps the index it started with."""
+        """Index ``texts`` as ``scope``'s lines (an ``open`` document's unfinished last line left out,
+        :func:`stripped_lines`); nothing is done when they are the texts indexed before. A reader
+        (:meth:`blocks`) may run meanwhile: it keeps the index it started with."""
         with self._swap:
             old = self._sources.get(scope)
         if old is not None and len(old) == len(texts) and all(
                 a is b or a == b for a, b in zip(old, texts, strict=True)):
             return
-        lines = stripped_lines(texts)  # sorted outside the lock
+        lines = stripped_lines(texts, finished=scope == "open")  # sorted outside the lock
         with self._swap:
             self._sources[scope] = texts
             self._lines = {**self._lines, scope: lines}  # a new dict: a reader's loop keeps the old one
