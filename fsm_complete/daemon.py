@@ -110,7 +110,11 @@ def settings_key(settings) -> dict:
     from engine.settings import to_wire
 
     wire = to_wire(settings)
-    wire.pop("logLevel", None)  # how much a process logs changes no answer (a server at "debug" may borrow)
+    # what changes no answer's text, and a language server may set where a command cannot: how much it
+    # logs, whether it decodes ahead between keystrokes or keeps pace with a typist (the daemon answers unpaced)
+    wire.pop("logLevel", None)
+    for name in ("prefetch", "keepPace"):
+        wire["generation"].pop(name, None)
     if not settings.model.path.startswith("ollama:"):
         wire["model"]["path"] = str(settings.model_dir().resolve())
         # a checkpoint replaced at the same path is another model: the daemon that loaded the old one refuses
@@ -535,13 +539,13 @@ class Daemon:
         if op != "complete":
             return {"error": f"unknown op {op!r} (complete, status, stop)"}
         if request.get("stamp") != self.stamp:
-            return {"refused": "it runs other code than this command (files changed since it started, or another "
-                               "install; restart it: `fsm-complete daemon stop`, then `start`)"}
+            return {"refused": "it runs other code than the process asking (files changed since it started, or "
+                               "another install; restart it: `fsm-complete daemon stop`, then `start`)"}
         asked = _resolved(request.get("settings"))
         if asked != self._resolved_key:
             differ = ", ".join(f"{name}: {mine!r}, asked {theirs!r}"
                                for name, mine, theirs in _differences(self._resolved_key, asked))
-            return {"refused": f"it was started with other model options ({differ or 'unreadable settings'})"}
+            return {"refused": f"it was started with other settings ({differ or 'unreadable settings'})"}
         text, offset, args = request.get("text"), request.get("offset"), request.get("args")
         path = request.get("path")
         if not isinstance(text, str) or not isinstance(offset, int) or not 0 <= offset <= len(text) \

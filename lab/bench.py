@@ -562,6 +562,30 @@ def print_summary(report: dict) -> None:
     print(json.dumps(summary, indent=2))
 
 
+def _first_answer_daemon(args, tasks, gap_ms: float, settings: dict) -> dict:
+    """:func:`lab.replay.first_answer` with a resident daemon of the same model (an editor started
+    again while a daemon keeps the model loaded); ``{"skipped": why}`` when the servers' settings are
+    ones a daemon started from the command line cannot have (it would refuse them: nothing to
+    measure), or when the daemon does not start."""
+    from engine.settings import Settings, from_wire
+    from fsm_complete.daemon import settings_key
+
+    from . import replay
+
+    mine = Settings()
+    if args.model:
+        mine.model.path = args.model
+    theirs, _ = from_wire(replay._options(settings, **({"model": {"path": args.model}} if args.model else {})))
+    if settings_key(mine) != settings_key(theirs):
+        return {"skipped": "--server-settings a daemon started from the command line cannot have"}
+    try:
+        with replay.resident_daemon(args.model) as env:
+            return replay.first_answer(tasks, replay.Cadence(mean_ms=gap_ms), seed=args.seed, model=args.model,
+                                       settings=settings, env=env)
+    except RuntimeError as exc:
+        return {"skipped": str(exc)}
+
+
 def run_replay(args) -> dict:
     """``bench --replay``: the tasks typed through a real server at each ``--cadence``
     (:mod:`lab.replay`); ``report.json`` holds them under ``replay``, ``replay.png`` plots characters
@@ -596,9 +620,8 @@ def run_replay(args) -> dict:
               "replay": result,
               "first_answer": replay.first_answer(tasks, replay.Cadence(mean_ms=gaps[0]), seed=args.seed,
                                                   model=args.model, settings=settings)}
-    with replay.resident_daemon(args.model) as env:  # an editor started again while a daemon keeps the model loaded
-        report["first_answer_daemon"] = replay.first_answer(tasks, replay.Cadence(mean_ms=gaps[0]), seed=args.seed,
-                                                            model=args.model, settings=settings, env=env)
+    (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    report["first_answer_daemon"] = _first_answer_daemon(args, tasks, gaps[0], settings)
     (out / "report.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     if len(gaps) > 1:
         replay.plot(result, out / "replay.png")

@@ -101,15 +101,27 @@ def _server_log():
     return open(os.path.join(folder, f"server-{time.strftime('%H%M%S')}-{os.getpid()}-{time.perf_counter_ns()}.log"), "wb")
 
 
+_NO_DAEMON: list[str] = []  # a private folder where no daemon listens (made once)
+
+
+def no_daemon_env() -> dict:
+    """This environment with ``$FSM_COMPLETE_SOCKET`` in a private folder where nothing listens: a
+    replayed server never finds a daemon the user started (a measurement without one means without)."""
+    if not _NO_DAEMON:
+        _NO_DAEMON.append(os.path.join(tempfile.mkdtemp(prefix="fsm-complete-replay-"), "none.sock"))
+    return dict(os.environ, FSM_COMPLETE_SOCKET=_NO_DAEMON[0])
+
+
 class Client:
     """The server process over stdio with a reader thread: answers by request id with the time
-    they arrived; server->client requests are answered with null."""
+    they arrived; server->client requests are answered with null. ``env``: its environment
+    (default :func:`no_daemon_env`)."""
 
     def __init__(self, options: dict, env: dict | None = None):
         self.constrained = (options.get("constraints") or {}).get("enabled", True) is not False
         log = _server_log()
         self.proc = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=log, env=env or dict(os.environ))
+                                     stdout=subprocess.PIPE, stderr=log, env=env or no_daemon_env())
         if log is not subprocess.DEVNULL:
             log.close()  # the server holds its own copy
         self._id = 0
@@ -364,9 +376,12 @@ def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = Non
     open: the server is started by opening the file, and the user types while it loads); the time
     from the spawn to the first non-empty suggestion that arrived before the next keystroke, in ms
     (None for a task where none came). ``first_answer_ms``: their median over the tasks with one.
-    ``env``: the servers' environment (:func:`resident_daemon`'s: a daemon answers while they load)."""
+    ``env``: the servers' environment (:func:`resident_daemon`'s: a daemon answers while they load;
+    default: none they could find). ``sources``: how the answers in time came, summed over the spawns
+    (``daemon`` where the daemon answered)."""
     cadence = dataclasses.replace(cadence, open_ms=0.0)
     times: list[float | None] = []
+    sources: dict[str, int] = {}
     for i, task in enumerate(tasks[:spawns]):
         options = _options(settings, **({"model": {"path": model}} if model else {}))
         t0 = time.perf_counter()
@@ -376,10 +391,12 @@ def first_answer(tasks, cadence: Cadence, seed: int = 0, model: str | None = Non
         finally:
             client.close()
         times.append(None if row["first_shown"] is None else round((row["first_shown"] - t0) * 1e3, 1))
+        for source, n in row["sources"].items():
+            sources[source] = sources.get(source, 0) + n
         _progress(f"first answer: spawn {i + 1} of {min(spawns, len(tasks))}: {times[-1]} ms")
     shown = [t for t in times if t is not None]
     return {"first_answer_ms": round(statistics.median(shown), 1) if shown else None, "per_task_ms": times,
-            "cadence": asdict(cadence)}
+            "sources": sources, "cadence": asdict(cadence)}
 
 
 @contextlib.contextmanager

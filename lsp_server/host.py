@@ -260,11 +260,12 @@ class EngineHost:
         self._cancel_events[msg_id] = cancel
         try:
             if not self._ready.is_set() and not single_line:
-                early = self._while_loading(doc, cursor, msg_id) or await self._from_daemon(doc, cursor, msg_id)
+                early = self._while_loading(doc, cursor, msg_id) or await self._from_daemon(doc, cursor, msg_id,
+                                                                                           version)
                 if early is not None:
-                    if self._server.documents.get(doc.uri) is not doc or doc.version != version:
-                        return None  # typed on meanwhile: the answer is for an older text
                     return early
+                if not self._current(doc, version):
+                    return None  # typed on while it waited: a newer request asks for the newer text
             await self._ready.wait()
             engine = self.engine
             if engine is None:
@@ -338,27 +339,41 @@ class EngineHost:
         logger.debug("request %r answered with a line copy while the model loads", msg_id)
         return completion
 
-    async def _from_daemon(self, doc: Document, cursor: convert.Cursor, msg_id) -> Completion | None:
+    async def _from_daemon(self, doc: Document, cursor: convert.Cursor, msg_id, version) -> Completion | None:
         """While the model loads, the resident daemon's (:func:`fsm_complete.daemon.borrow`: ``fsm-complete
-        daemon start``, the same settings and code, this user's): its completion at ``cursor``, the text
-        this server will give once loaded (the daemon has no other open documents as project context).
-        None (the request waits for the model) when no daemon runs, when one refused or did not answer
-        within :data:`BORROW_TIMEOUT_S` (said once in the log; not asked again until the next load), or
-        when the model loaded first. One question at a time: a request that comes while one is out waits
-        for its answer first (a daemon answers one completion at a time, and keystrokes would queue stale
-        ones there); a request cancelled meanwhile sends nothing. The record's ``source`` is ``daemon``."""
+        daemon start``, the same settings and code, this user's): its completion at ``cursor`` (taken at
+        ``doc``'s ``version``), the text this server will give once loaded (the daemon has no other
+        open documents as project context). None (the request waits for the model) when no daemon
+        runs, when one refused or did not answer within :data:`BORROW_TIMEOUT_S` (said once in the
+        log; not asked again until the next load), when the model loaded first (it answers at once,
+        whatever the daemon still does), or when the document changed meanwhile (no question is
+        sent for a stale request, and a stale answer is dropped). One question at a time: a request
+        that comes while one is out waits for its answer first (a daemon answers one completion at a
+        time, and keystrokes would queue stale ones there); a request cancelled meanwhile sends
+        nothing. The record's ``source`` is ``daemon``."""
         from fsm_complete import daemon
 
-        while self._borrowing is not None and not self._borrowing.done():
-            await asyncio.wait({self._borrowing})
-        if self._ready.is_set() or self._borrow_refused is not None:
-            return None
-        t0 = time.perf_counter()
-        generation = self._load_generation
-        self._borrowing = self.in_thread(daemon.borrow, self._server.settings, cursor.text, cursor.offset,
-                                         convert.document_path(doc.uri), BORROW_TIMEOUT_S, name="fsm-complete-borrow")
+        ready = asyncio.ensure_future(self._ready.wait())
         try:
-            item, reason = await asyncio.shield(self._borrowing)  # a cancelled request leaves the question out
+            while self._borrowing is not None and not self._borrowing.done():
+                await asyncio.wait({self._borrowing, ready}, return_when=asyncio.FIRST_COMPLETED)
+                if ready.done():
+                    return None
+            if self._ready.is_set() or self._borrow_refused is not None or not self._current(doc, version):
+                return None
+            t0 = time.perf_counter()
+            generation = self._load_generation
+            asked = self._borrowing = self.in_thread(
+                daemon.borrow, self._server.settings, cursor.text, cursor.offset, convert.document_path(doc.uri),
+                BORROW_TIMEOUT_S, name="fsm-complete-borrow")
+            # asyncio.wait never cancels what it waits for: a cancelled request leaves the question out
+            await asyncio.wait({asked, ready}, return_when=asyncio.FIRST_COMPLETED)
+            if not asked.done():
+                return None  # the model loaded first
+        finally:
+            ready.cancel()
+        try:
+            item, reason = asked.result()
         except Exception as exc:  # noqa: BLE001 - a settings key or socket fault: the model answers instead
             item, reason = None, f"{type(exc).__name__}: {exc}"
         if reason is not None:
@@ -366,7 +381,7 @@ class EngineHost:
                 self._borrow_refused = reason
                 logger.info("not asking the resident daemon while the model loads: %s", reason)
             return None
-        if item is None:
+        if item is None or not self._current(doc, version):
             return None
         try:
             completion = _borrowed(item, (time.perf_counter() - t0) * 1e3)
@@ -374,13 +389,17 @@ class EngineHost:
             logger.info("the resident daemon's answer is unreadable (%s); waiting for the model", exc)
             self._borrow_refused = f"unreadable answer: {exc}"
             return None
-        record = EngineRequestRecord(id=msg_id, version=doc.version, offset=cursor.offset, source="daemon")
+        record = EngineRequestRecord(id=msg_id, version=version, offset=cursor.offset, source="daemon")
         record.completed(completion, cancelled=False)
         record.mode = None  # decided in the daemon (its fingerprint is not in the answer)
         self.requests[doc.uri] = record
         logger.debug("request %r answered by the resident daemon while the model loads (%.0f ms)", msg_id,
                      completion.timings_ms["total"])
         return completion
+
+    def _current(self, doc: Document, version) -> bool:
+        """Is ``doc`` still the open document of its URI, at ``version``?"""
+        return self._server.documents.get(doc.uri) is doc and doc.version == version
 
     async def explain(self, doc: Document, cursor: convert.Cursor) -> dict | None:
         """The explain record (engine/explain.py) of a fresh completion at ``cursor``, with its

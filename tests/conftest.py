@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import pytest_lsp
@@ -11,6 +12,10 @@ from pytest_lsp import LanguageClient
 
 # keep CPU threads low: tests run beside other processes on a 2-core machine
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# a daemon the developer started (`fsm-complete daemon start`) is never asked by the tests' commands and
+# servers: the socket they look for is in a private folder of this session where nothing listens (the
+# daemon's own tests set theirs)
+os.environ["FSM_COMPLETE_SOCKET"] = os.path.join(tempfile.mkdtemp(prefix="fsm-complete-tests-"), "none.sock")
 
 
 def pytest_addoption(parser):

@@ -85,7 +85,7 @@ def test_a_daemon_started_with_other_options_refuses_and_the_command_answers_its
     before = requests_served(env)
     other = cli(env, "complete", "--dtype", "bfloat16", "--max-tokens", "8", DEMO)
     assert other.returncode == 0 and other.stdout.strip()
-    assert "other model options" in other.stderr and "answering in this process" in other.stderr
+    assert "other settings" in other.stderr and "answering in this process" in other.stderr
     assert requests_served(env) == before
     assert "model.dtype" in other.stderr and "model.device" not in other.stderr  # only the option that differs
     # the same model named by its directory is the same model

@@ -183,6 +183,28 @@ def test_keystrokes_while_a_question_is_out_do_not_queue_at_the_daemon(resident)
     assert 1 <= asked <= 2, f"{asked} questions reached the daemon for 4 keystrokes (the first and the last at most)"
 
 
+def test_an_answer_the_document_outran_is_neither_shown_nor_recorded(resident):
+    """The user typed while the daemon answered: the editor gets nothing for the old text, and the
+    document's record is not the daemon's answer to it."""
+    server = RawServer(env=resident)
+    try:
+        server.initialize({"window": {"workDoneProgress": True}})
+        _open(server, "untitled:s.py", FUNC)
+        line, character = FUNC_AT
+        msg_id = server.request("textDocument/inlineCompletion", {
+            "textDocument": {"uri": "untitled:s.py"}, "position": {"line": line, "character": character},
+            "context": {"triggerKind": 2}})
+        server.notify("textDocument/didChange", {
+            "textDocument": {"uri": "untitled:s.py", "version": 2},
+            "contentChanges": [{"range": {"start": {"line": line, "character": character},
+                                          "end": {"line": line, "character": character}}, "text": "u"}]})
+        assert server.response(msg_id, timeout=120)["result"]["items"] == []
+        record = server.call("fsmComplete/lastEngineRequest", {"textDocument": {"uri": "untitled:s.py"}})["result"]
+        assert record is None or record["source"] != "daemon", record
+    finally:
+        server.kill()
+
+
 def test_a_daemon_with_other_settings_is_passed_over_and_the_model_answers(resident):
     server = RawServer(env=resident)
     try:
@@ -190,7 +212,7 @@ def test_a_daemon_with_other_settings_is_passed_over_and_the_model_answers(resid
         _open(server, "untitled:o.py", FUNC)
         _, record = _request(server, "untitled:o.py", *FUNC_AT)
         assert record["source"] == "decoded", record
-        assert "not asking the resident daemon while the model loads: it was started with other model options" \
+        assert "not asking the resident daemon while the model loads: it was started with other settings" \
                in server.stderr_text()
     finally:
         server.kill()
