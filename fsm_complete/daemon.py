@@ -7,7 +7,8 @@ mypy's ``dmypy`` keeps its state).
   ``daemon status`` says what it runs (exit code 1 when none runs).
 - While one runs, ``complete`` and ``explain`` read the file themselves, send its text and the
   cursor over a Unix socket (:func:`socket_path`: mode 0600 in a 0700 directory) and print the
-  answer, the same text this process would print.
+  answer, the same text this process would print. A language server started meanwhile asks it
+  (:func:`borrow`) while its own model loads: an editor started again answers in under a second.
 - Only the owner drives it: the socket's folder must be a folder of the user's own, closed to group
   and others (a folder another user made first, e.g. ``fsm-complete-UID`` in the temporary
   directory, is refused with a note); both sides check the other's user id (``SO_PEERCRED``) before
@@ -15,8 +16,8 @@ mypy's ``dmypy`` keeps its state).
 - A daemon that does not answer (stopped with ``SIGSTOP`` or Ctrl-Z) costs a command
   :data:`PING_TIMEOUT_S`, then a note and an answer in the command's own process; ``status`` and
   ``stop`` name the process that holds the socket (its pid from ``SO_PEERCRED``), and ``stop`` ends it. ``--no-daemon`` answers in the calling process.
-  A daemon started with other model options, or running other code than the command (a ``pip
-  install`` or an edit since it started), refuses; the command says why on stderr and answers in
+  A daemon started with other settings (:func:`settings_key`: the model's and those that change an
+  answer), or running other code than the command (a ``pip install`` or an edit since it started), refuses; the command says why on stderr and answers in
   its own process. A socket nobody listens on (a daemon killed) is passed over silently.
 - Each connection is read and answered on its own thread (a silent client is cut off after
   :data:`READ_TIMEOUT_S`; ``status`` answers at once); completions take the engine one at a time
