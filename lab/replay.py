@@ -26,12 +26,14 @@ came, ``fsmComplete/lastEngineRequest``'s ``source``: ``decoded``, ``typedThroug
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
 import os
 import queue
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -108,7 +110,9 @@ def no_daemon_env() -> dict:
     """This environment with ``$FSM_COMPLETE_SOCKET`` in a private folder where nothing listens: a
     replayed server never finds a daemon the user started (a measurement without one means without)."""
     if not _NO_DAEMON:
-        _NO_DAEMON.append(os.path.join(tempfile.mkdtemp(prefix="fsm-complete-replay-"), "none.sock"))
+        folder = tempfile.mkdtemp(prefix="fsm-complete-replay-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _NO_DAEMON.append(os.path.join(folder, "none.sock"))
     return dict(os.environ, FSM_COMPLETE_SOCKET=_NO_DAEMON[0])
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -362,24 +363,19 @@ class EngineHost:
             if self._ready.is_set() or self._borrow_refused is not None or not self._current(doc, version):
                 return None
             t0 = time.perf_counter()
-            generation = self._load_generation
             asked = self._borrowing = self.in_thread(
                 daemon.borrow, self._server.settings, cursor.text, cursor.offset, convert.document_path(doc.uri),
                 BORROW_TIMEOUT_S, name="fsm-complete-borrow")
+            # a refusal counts whoever still waits for it (the request may be cancelled, or the model load first)
+            asked.add_done_callback(functools.partial(self._borrow_ended, self._load_generation))
             # asyncio.wait never cancels what it waits for: a cancelled request leaves the question out
             await asyncio.wait({asked, ready}, return_when=asyncio.FIRST_COMPLETED)
             if not asked.done():
                 return None  # the model loaded first
         finally:
             ready.cancel()
-        try:
-            item, reason = asked.result()
-        except Exception as exc:  # noqa: BLE001 - a settings key or socket fault: the model answers instead
-            item, reason = None, f"{type(exc).__name__}: {exc}"
+        item, reason = _asked(asked)
         if reason is not None:
-            if generation == self._load_generation and self._borrow_refused is None:
-                self._borrow_refused = reason
-                logger.info("not asking the resident daemon while the model loads: %s", reason)
             return None
         if item is None or not self._current(doc, version):
             return None
@@ -396,6 +392,14 @@ class EngineHost:
         logger.debug("request %r answered by the resident daemon while the model loads (%.0f ms)", msg_id,
                      completion.timings_ms["total"])
         return completion
+
+    def _borrow_ended(self, generation: int, asked: asyncio.Future) -> None:
+        """A daemon question ended: a refusal (or a fault) during the load that asked it stops the
+        questions until the next load, said once in the log."""
+        _, reason = _asked(asked)
+        if reason is not None and generation == self._load_generation and self._borrow_refused is None:
+            self._borrow_refused = reason
+            logger.info("not asking the resident daemon while the model loads: %s", reason)
 
     def _current(self, doc: Document, version) -> bool:
         """Is ``doc`` still the open document of its URI, at ``version``?"""
@@ -802,6 +806,17 @@ def may_begin_with(decoded: str, prefix: str, typed: str) -> bool:
         if rest.startswith(typed) or typed.startswith(rest):
             return True
     return False
+
+
+def _asked(asked: asyncio.Future) -> tuple[dict | None, str | None]:
+    """The ended daemon question's ``(item, reason)`` (:func:`fsm_complete.daemon.borrow`); a fault
+    in asking (a settings key that cannot be made, a socket error) is a reason too."""
+    if asked.cancelled():
+        return None, "cancelled"
+    exc = asked.exception()
+    if exc is not None:
+        return None, f"{type(exc).__name__}: {exc}"
+    return asked.result()
 
 
 def _borrowed(item: dict, elapsed_ms: float) -> Completion:

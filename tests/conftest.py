@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -15,7 +17,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # a daemon the developer started (`fsm-complete daemon start`) is never asked by the tests' commands and
 # servers: the socket they look for is in a private folder of this session where nothing listens (the
 # daemon's own tests set theirs)
-os.environ["FSM_COMPLETE_SOCKET"] = os.path.join(tempfile.mkdtemp(prefix="fsm-complete-tests-"), "none.sock")
+_NO_DAEMON = tempfile.mkdtemp(prefix="fsm-complete-tests-")
+atexit.register(shutil.rmtree, _NO_DAEMON, ignore_errors=True)
+os.environ["FSM_COMPLETE_SOCKET"] = os.path.join(_NO_DAEMON, "none.sock")
 
 
 def pytest_addoption(parser):

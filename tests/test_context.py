@@ -424,3 +424,14 @@ def test_line_copies_read_texts_as_the_tokenizer_does():
     cache.sync(ProjectContext(workspace={"/w/o.py": 'v = "ab\ud800cd"\rw = 1\r'}))
     assert cache.predict_line('v = "ab').ids and cache.draft_line('v = "ab', 4)
     assert cache.predict_line("w =").ids  # its own line, after a lone CR
+
+
+def test_an_open_twin_that_is_also_a_workspace_file_is_counted_nowhere(tmp_path):
+    """Leaving the twin (an open document with the current text) out of the open scope must not let
+    its saved copy back in through the workspace scope: an open file's disk text is never counted."""
+    calls: list[str] = []
+    cache = ContextCache(_encoder(calls), vocab_size=256, order=3)
+    text = "def home(user):\n    return os.path.join("
+    a, b = str(tmp_path / "a.py"), str(tmp_path / "b.py")
+    cache.sync(ProjectContext(documents={b: text}, workspace={a: text, b: text[:-5]}), a, text=text)
+    assert cache.sizes()["open"] == 0 and cache.sizes()["workspace"] == 0

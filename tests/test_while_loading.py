@@ -232,3 +232,41 @@ def test_the_bench_measures_the_first_answer_with_a_resident_daemon():
         out = first_answer([task], Cadence(mean_ms=150, jitter=0.1, burst=0.0, pause=0.0), spawns=1, env=env)
         assert _served(env) > 1 and len(out["per_task_ms"]) == 1
     assert _cli(env, "daemon", "status").returncode == 1  # not running
+
+
+def test_a_refusal_counts_when_the_request_that_asked_was_cancelled(monkeypatch):
+    """VS Code cancels each keystroke's request: the daemon's refusal (here: no answer in time) is
+    kept by the load even when nobody awaits the question any more, so the next request does not
+    ask a stuck daemon again."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from engine.settings import Settings
+    from fsm_complete import daemon
+    from lsp_server.host import EngineHost
+
+    asked = []
+
+    def slow_refusal(*args):
+        asked.append(args)
+        time.sleep(0.3)
+        return None, "the daemon did not answer within 2 s"
+
+    monkeypatch.setattr(daemon, "borrow", slow_refusal)
+
+    async def scenario():
+        doc = SimpleNamespace(uri="untitled:c.py", version=1)
+        host = EngineHost(SimpleNamespace(settings=Settings(), documents={doc.uri: doc}))
+        host.attach(asyncio.get_running_loop())
+        cursor = SimpleNamespace(text="x = ", offset=4)
+        first = asyncio.ensure_future(host._from_daemon(doc, cursor, 1, 1))
+        await asyncio.sleep(0.05)
+        first.cancel()  # the next keystroke came
+        await asyncio.sleep(0.5)  # the question ends meanwhile, unread
+        assert host._borrow_refused == "the daemon did not answer within 2 s"
+        assert await host._from_daemon(doc, cursor, 2, 1) is None
+        host.join_threads()
+
+    asyncio.run(scenario())
+    assert len(asked) == 1
