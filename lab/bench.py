@@ -568,7 +568,7 @@ def _first_answer_daemon(args, tasks, gap_ms: float, settings: dict) -> dict:
     ones a daemon started from the command line cannot have (it would refuse them: nothing to
     measure), or when the daemon does not start."""
     from engine.settings import Settings, from_wire
-    from fsm_complete.daemon import settings_key
+    from engine.resident import settings_key
 
     from . import replay
 

@@ -341,7 +341,7 @@ class EngineHost:
         return completion
 
     async def _from_daemon(self, doc: Document, cursor: convert.Cursor, msg_id, version) -> Completion | None:
-        """While the model loads, the resident daemon's (:func:`fsm_complete.daemon.borrow`: ``fsm-complete
+        """While the model loads, the resident daemon's (:func:`engine.resident.borrow`: ``fsm-complete
         daemon start``, the same settings and code, this user's): its completion at ``cursor`` (taken at
         ``doc``'s ``version``), the text this server will give once loaded (the daemon has no other
         open documents as project context). None (the request waits for the model) when no daemon
@@ -352,7 +352,7 @@ class EngineHost:
         that comes while one is out waits for its answer first (a daemon answers one completion at a
         time, and keystrokes would queue stale ones there); a request cancelled meanwhile sends
         nothing. The record's ``source`` is ``daemon``."""
-        from fsm_complete import daemon
+        from engine import resident
 
         ready = asyncio.ensure_future(self._ready.wait())
         try:
@@ -364,7 +364,7 @@ class EngineHost:
                 return None
             t0 = time.perf_counter()
             asked = self._borrowing = self.in_thread(
-                daemon.borrow, self._server.settings, cursor.text, cursor.offset, convert.document_path(doc.uri),
+                resident.borrow, self._server.settings, cursor.text, cursor.offset, convert.document_path(doc.uri),
                 BORROW_TIMEOUT_S, name="fsm-complete-borrow")
             # a refusal counts whoever still waits for it (the request may be cancelled, or the model load first)
             asked.add_done_callback(functools.partial(self._borrow_ended, self._load_generation))
@@ -809,7 +809,7 @@ def may_begin_with(decoded: str, prefix: str, typed: str) -> bool:
 
 
 def _asked(asked: asyncio.Future) -> tuple[dict | None, str | None]:
-    """The ended daemon question's ``(item, reason)`` (:func:`fsm_complete.daemon.borrow`); a fault
+    """The ended daemon question's ``(item, reason)`` (:func:`engine.resident.borrow`); a fault
     in asking (a settings key that cannot be made, a socket error) is a reason too."""
     if asked.cancelled():
         return None, "cancelled"
@@ -820,7 +820,7 @@ def _asked(asked: asyncio.Future) -> tuple[dict | None, str | None]:
 
 
 def _borrowed(item: dict, elapsed_ms: float) -> Completion:
-    """The :class:`Completion` of a daemon's ``complete --json`` item (:func:`fsm_complete.daemon.borrow`):
+    """The :class:`Completion` of a daemon's ``complete --json`` item (:func:`engine.resident.borrow`):
     ``replace_suffix`` from its range (1-based code-point columns; it never leaves the cursor's line),
     ``timings_ms`` the daemon's stages and ``total``: ``elapsed_ms``, the question's whole time here.
     Raises KeyError, TypeError or ValueError for an item without them."""

@@ -242,8 +242,8 @@ def test_a_refusal_counts_when_the_request_that_asked_was_cancelled(monkeypatch)
     import time
     from types import SimpleNamespace
 
+    from engine import resident
     from engine.settings import Settings
-    from fsm_complete import daemon
     from lsp_server.host import EngineHost
 
     asked = []
@@ -253,7 +253,7 @@ def test_a_refusal_counts_when_the_request_that_asked_was_cancelled(monkeypatch)
         time.sleep(0.3)
         return None, "the daemon did not answer within 2 s"
 
-    monkeypatch.setattr(daemon, "borrow", slow_refusal)
+    monkeypatch.setattr(resident, "borrow", slow_refusal)
 
     async def scenario():
         doc = SimpleNamespace(uri="untitled:c.py", version=1)
