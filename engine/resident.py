@@ -1,7 +1,7 @@
 """The resident daemon's client half: where its socket is, who may talk to it, what must match, one
 call, and :func:`borrow` (a completion for a language server whose own model is still loading).
 :mod:`fsm_complete.daemon` runs the daemon and its commands (``daemon start|stop|status|run``) and
-sends ``complete`` and ``explain`` through :func:`_call`; the language server asks with
+sends ``complete`` and ``explain`` through :func:`call`; the language server asks with
 :func:`borrow` (``lsp_server/host.py``). Both sides check the other's user id; the socket's folder
 must be the user's own and closed to others (see :mod:`fsm_complete.daemon` for the rules).
 """
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-log = logging.getLogger("fsm_complete.daemon")
+log = logging.getLogger(__name__)
 
 SOCKET_ENV = "FSM_COMPLETE_SOCKET"  # the socket's path, overriding :func:`socket_path`'s choice
 MAX_REQUEST_BYTES = 256 * 2**20
@@ -97,10 +97,7 @@ def checkpoint_stamp(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-# -- the client side ----------------------------------------------------------------------------------
-
-
-def _folder_problem(folder: Path) -> str | None:
+def folder_problem(folder: Path) -> str | None:
     """Why the socket folder ``folder`` is not private to this user (None when it is, or is missing):
     it must be a folder (or the user's own link to one) owned by this user with no group or other
     permission bits; another user who made it first could listen there and read every file sent."""
@@ -126,14 +123,14 @@ def _folder_problem(folder: Path) -> str | None:
     return None
 
 
-def _is_socket(path: Path) -> bool:
+def is_socket(path: Path) -> bool:
     try:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
     except OSError:
         return False
 
 
-def _peer(sock: socket.socket) -> tuple[int, int] | None:
+def peer_of(sock: socket.socket) -> tuple[int, int] | None:
     """``(pid, uid)`` of the process at the other end of the Unix socket ``sock`` (``SO_PEERCRED``,
     Linux); None where the platform does not tell."""
     if not hasattr(socket, "SO_PEERCRED"):
@@ -143,7 +140,7 @@ def _peer(sock: socket.socket) -> tuple[int, int] | None:
     return pid, uid
 
 
-def _call(message: dict, timeout: float = ANSWER_TIMEOUT_S) -> dict | None:
+def call(message: dict, timeout: float = ANSWER_TIMEOUT_S) -> dict | None:
     """Send ``message`` to the daemon and return its answer; None when no daemon listens.
     ``{"refused": reason}`` without sending anything when the socket's folder is not private or
     another user listens there; ``{"refused": reason, "silent": pid}`` when the daemon does not
@@ -151,9 +148,9 @@ def _call(message: dict, timeout: float = ANSWER_TIMEOUT_S) -> dict | None:
     if not hasattr(socket, "AF_UNIX"):
         return None
     path = socket_path()
-    if not _is_socket(path):  # nothing there, or a file that is no socket: no daemon of ours
+    if not is_socket(path):  # nothing there, or a file that is no socket: no daemon of ours
         return None
-    problem = _folder_problem(path.parent)
+    problem = folder_problem(path.parent)
     if problem is not None:
         return {"refused": problem}
     peer = None
@@ -161,14 +158,14 @@ def _call(message: dict, timeout: float = ANSWER_TIMEOUT_S) -> dict | None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(CONNECT_TIMEOUT_S)
             sock.connect(str(path))
-            peer = _peer(sock)
+            peer = peer_of(sock)
             if peer is not None and hasattr(os, "getuid") and peer[1] != os.getuid():
                 return {"refused": f"the process listening on {path} (pid {peer[0]}) runs as uid {peer[1]}, not as "
                                    f"you (uid {os.getuid()}); nothing was sent to it"}
             sock.settimeout(timeout)
             sock.sendall(json.dumps(message).encode("ascii"))
             sock.shutdown(socket.SHUT_WR)
-            data = _read_all(sock, MAX_REQUEST_BYTES)
+            data = read_all(sock, MAX_REQUEST_BYTES)
     except TimeoutError:
         pid = peer[0] if peer is not None else None
         return {"refused": f"the daemon{f' (pid {pid})' if pid else ''} at {path} did not answer within {timeout:.0f} s "
@@ -193,11 +190,11 @@ def borrow(settings, text: str, offset: int, path: str | None, timeout: float) -
     listens; ``(None, reason)`` when one refused (other settings or code, another user, a socket
     folder open to others), did not answer within ``timeout`` s, or failed. No status request first
     and nothing printed: the caller gives up on a reason and says it once."""
-    if not _is_socket(socket_path()):
+    if not is_socket(socket_path()):
         return None, None
     args = {"command": "complete", "json": True, "no_constraints": not settings.constraints.enabled,
             "multiline": None, "max_tokens": None, "temperature": None, "seed": 0}
-    answer = _call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings), "args": args,
+    answer = call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings), "args": args,
                     "text": text, "offset": offset, "path": path}, timeout=timeout)
     if answer is None:
         return None, None
@@ -215,7 +212,7 @@ def borrow(settings, text: str, offset: int, path: str | None, timeout: float) -
     return None, reason
 
 
-def _read_all(sock: socket.socket, limit: int, deadline: float | None = None) -> bytes:
+def read_all(sock: socket.socket, limit: int, deadline: float | None = None) -> bytes:
     """Everything ``sock`` sends until it closes its side (at most ``limit`` bytes; ``deadline``:
     a :func:`time.monotonic` time after which a client still sending is cut off, TimeoutError)."""
     chunks, size = [], 0
@@ -233,5 +230,3 @@ def _read_all(sock: socket.socket, limit: int, deadline: float | None = None) ->
             raise ValueError(f"request over {limit} bytes")
         chunks.append(chunk)
 
-
-# -- the daemon -----------------------------------------------------------------------------------------

@@ -351,7 +351,9 @@ class _RegionJudge:
         self.depth0 = _depth(self.rp + self.rs)
         self._checked: dict[str, tuple[Issue | None, tuple[int, int] | None]] = {}
         # the depth at the region's end by the brackets open where the candidate ends (_depth_with)
-        self._rest_depth: dict[tuple[str, ...], int] | None = {} if _BOUNDARY.isdisjoint(self.rs[:_SCAN_REACH]) else None
+        from .lexing.scanner import _LOOKAHEAD
+
+        self._rest_depth: dict[tuple[str, ...], int] | None = {} if _BOUNDARY.isdisjoint(self.rs[:_LOOKAHEAD]) else None
 
     def check(self, text: str) -> tuple[Issue | None, tuple[int, int] | None]:
         """``(issue or None, CPython's first error range in the candidate region or None)``; the range
@@ -393,26 +395,25 @@ class _RegionJudge:
             return Issue("compile", where, "a bracket the completion opened is closed by another kind"), span
         return None, span  # the error lies past the insertion, or is an unrelated one before the cursor
 
-
     def _depth_with(self, text: str) -> int:
         """:func:`_depth` of the region with ``text`` inserted, the suffix read once per set of open
         brackets: where no character that a scanner decision reads across the boundary (a quote, a
-        backslash, a brace, ``#``) lies within :data:`_SCAN_REACH` of the end of ``text`` on either
-        side, and the last line of ``text`` is past its first word (a newline in brackets reads the
+        backslash, a brace, ``#``) lies within the scanner's ``_LOOKAHEAD`` of the end of ``text`` on
+        either side, and the last line of ``text`` is past its first word (a newline in brackets reads the
         next line's keyword), the scan of the region's suffix starts from the brackets open there and
         nothing else (:mod:`engine.lexing.scanner`: its decisions read at most ``_LOOKAHEAD`` code
         points ahead, a keyword's, a string's prefix letters three behind), so candidates that leave
-        the same brackets open share it. A large file's region runs to its end while the user's own call is still open (every line
-        after the cursor is inside its bracket): 157 kB scanned per candidate, 20 ms each."""
-        from .lexing.scanner import _KEYWORD_LOOKAHEAD, WS, scan_once
+        the same brackets open share it. A large file's region runs to its end while the user's own
+        call is still open (every line after the cursor is inside its bracket): 157 kB scanned per
+        candidate, 20 ms each."""
+        from .lexing.scanner import _KEYWORD_LOOKAHEAD, _LOOKAHEAD, WS, scan_once
 
         head = self.rp + text
-        if self._rest_depth is None or not _BOUNDARY.isdisjoint(head[-_SCAN_REACH:]):
+        if self._rest_depth is None or not _BOUNDARY.isdisjoint(head[-_LOOKAHEAD:]):
             return _depth(head + self.rs)
         line = max(head.rfind("\n"), head.rfind("\r"))  # a newline in brackets reads the next line's keyword
         if line >= 0 and WS.match(head, line + 1).end() + _KEYWORD_LOOKAHEAD > len(head):
             return _depth(head + self.rs)
-
         sc = scan_once(head)
         kinds = tuple(frame[0] for frame in sc.stack)
         if sc.context != "code" or not all(kind in "([{" for kind in kinds):
@@ -423,8 +424,9 @@ class _RegionJudge:
         return depth
 
 
-_BOUNDARY = frozenset("'\"\\#{}")  # characters whose scanner decisions read past themselves (or before them)
-_SCAN_REACH = 4  # code points those decisions read (engine.lexing.scanner._LOOKAHEAD; a prefix's letters: 3 back)
+# characters whose scanner decisions read past themselves, up to the scanner's _LOOKAHEAD (4) code points
+# ahead, or before them (a string's prefix letters: 3 back)
+_BOUNDARY = frozenset("'\"\\#{}")
 
 
 def _depth(source: str) -> int:

@@ -8,7 +8,9 @@ mypy's ``dmypy`` keeps its state).
 - While one runs, ``complete`` and ``explain`` read the file themselves, send its text and the
   cursor over a Unix socket (:func:`socket_path`: mode 0600 in a 0700 directory) and print the
   answer, the same text this process would print. A language server started meanwhile asks it
-  (:func:`engine.resident.borrow`) while its own model loads: an editor started again answers in under a second.
+  (:func:`engine.resident.borrow`) while its own model loads: an editor started again answers in
+  about a second. The client half (socket path, owner checks, stamps, one call) is
+  :mod:`engine.resident`.
 - Only the owner drives it: the socket's folder must be a folder of the user's own, closed to group
   and others (a folder another user made first, e.g. ``fsm-complete-UID`` in the temporary
   directory, is refused with a note); both sides check the other's user id (``SO_PEERCRED``) before
@@ -17,8 +19,8 @@ mypy's ``dmypy`` keeps its state).
   :data:`PING_TIMEOUT_S`, then a note and an answer in the command's own process; ``status`` and
   ``stop`` name the process that holds the socket (its pid from ``SO_PEERCRED``), and ``stop`` ends it. ``--no-daemon`` answers in the calling process.
   A daemon started with other settings (:func:`settings_key`: the model's and those that change an
-  answer), or running other code than the command (a ``pip install`` or an edit since it started), refuses; the command says why on stderr and answers in
-  its own process. A socket nobody listens on (a daemon killed) is passed over silently.
+  answer), or running other code than the command (a ``pip install`` or an edit since it started),
+  refuses; the command says why on stderr and answers in its own process. A socket nobody listens on (a daemon killed) is passed over silently.
 - Each connection is read and answered on its own thread (a silent client is cut off after
   :data:`READ_TIMEOUT_S`; ``status`` answers at once); completions take the engine one at a time
   (it is not re-entrant). It keeps the engine's caches
@@ -53,12 +55,12 @@ from engine.resident import (  # the client half, shared with the language serve
     CONNECT_TIMEOUT_S,
     MAX_REQUEST_BYTES,
     SOCKET_ENV,
-    _call,
-    _folder_problem,
-    _is_socket,
-    _peer,
-    _read_all,
+    call,
     code_stamp,
+    folder_problem,
+    is_socket,
+    peer_of,
+    read_all,
     settings_key,
     socket_path,
 )
@@ -80,11 +82,11 @@ def ask(args, settings, text: str, offset: int, path: str | None) -> tuple[int, 
     when none runs or it refused (the reason then goes to stderr) and the caller answers itself.
     A status request first (:data:`PING_TIMEOUT_S`): a stopped daemon is passed over with a note
     instead of holding the command for :data:`ANSWER_TIMEOUT_S`."""
-    if not _is_socket(socket_path()):
+    if not is_socket(socket_path()):
         return None
-    answer = _call({"op": "status"}, timeout=PING_TIMEOUT_S)
+    answer = call({"op": "status"}, timeout=PING_TIMEOUT_S)
     if answer is not None and "pid" in answer:
-        answer = _call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings),
+        answer = call({"op": "complete", "stamp": code_stamp(), "settings": settings_key(settings),
                         "args": {name: getattr(args, name) for name in _ARGS},
                         "text": text, "offset": offset, "path": path})
     if answer is None:
@@ -140,7 +142,7 @@ def _status() -> dict | None:
     """The running daemon's status (:meth:`Daemon.status`, with ``pid``); ``{"refused": reason}``
     (and ``silent``: the pid of a daemon that does not answer) when one cannot be asked; None when
     no daemon listens."""
-    status = _call({"op": "status"}, timeout=PING_TIMEOUT_S)
+    status = call({"op": "status"}, timeout=PING_TIMEOUT_S)
     if status is None or "pid" in status or "refused" in status:
         return status
     return None
@@ -167,7 +169,7 @@ def _stop() -> int:
             print(f"fsm-complete daemon: {status['refused']}", file=sys.stderr)
             return 1
         return _end_silent(int(status["silent"]))
-    _call({"op": "stop"}, timeout=PING_TIMEOUT_S)
+    call({"op": "stop"}, timeout=PING_TIMEOUT_S)
     deadline = time.monotonic() + 10
     while _alive(status["pid"]) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -190,7 +192,7 @@ def _end_silent(pid: int) -> int:
         time.sleep(0.05)
     if _alive(pid):
         os.kill(pid, signal.SIGKILL)
-    if _is_socket(path) and not _listening(path):
+    if is_socket(path) and not _listening(path):
         path.unlink()  # left by the SIGKILL
     print(f"fsm-complete daemon: stopped (pid {pid}, which held {path} without answering)")
     return 0
@@ -270,9 +272,9 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 def _private_dir(path: Path) -> None:
     """Make the socket folder ``path`` (0700); PermissionError when it exists and is not private
-    (:func:`_folder_problem`)."""
+    (:func:`folder_problem`)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    problem = _folder_problem(path)
+    problem = folder_problem(path)
     if problem is not None:
         raise PermissionError(problem)
 
@@ -391,12 +393,12 @@ class Daemon:
 
     def _connection(self, conn: socket.socket) -> None:
         with conn:
-            peer = _peer(conn)
+            peer = peer_of(conn)
             if peer is not None and peer[1] != os.getuid():  # only through a socket folder left open
                 log.warning("refused a connection from pid %d, uid %d (not this daemon's user)", *peer)
                 return
             try:
-                data = _read_all(conn, MAX_REQUEST_BYTES, deadline=time.monotonic() + READ_TIMEOUT_S)
+                data = read_all(conn, MAX_REQUEST_BYTES, deadline=time.monotonic() + READ_TIMEOUT_S)
                 request = json.loads(data.decode("utf-8"))
             except (OSError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
                 answer = {"error": f"unreadable request: {type(exc).__name__}: {str(exc)[:200]}"}
@@ -426,7 +428,7 @@ def run(args, settings, load_engine, answer) -> int:
     there or the model does not load."""
     path = socket_path()
     _private_dir(path.parent)
-    if os.path.lexists(path) and not _is_socket(path):
+    if os.path.lexists(path) and not is_socket(path):
         print(f"fsm-complete daemon: {path} exists and is not a socket; it is left as it is: remove it, or set "
               f"{SOCKET_ENV} to another path", file=sys.stderr)
         return 1
@@ -441,7 +443,7 @@ def run(args, settings, load_engine, answer) -> int:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_mask = os.umask(0o177)
     try:
-        if _is_socket(path) and not _listening(path):
+        if is_socket(path) and not _listening(path):
             path.unlink()  # left by a daemon that was killed (never a file that is not a socket)
         sock.bind(str(path))
     except OSError as exc:  # another daemon bound it while this one loaded (two starts at once)
@@ -460,7 +462,7 @@ def run(args, settings, load_engine, answer) -> int:
     finally:
         sock.close()
         try:
-            if _is_socket(path) and path.stat().st_ino == inode:
+            if is_socket(path) and path.stat().st_ino == inode:
                 path.unlink()
         except OSError:
             pass

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 
 import pytest
 import pytest_lsp
 from lsp_client import SERVER, Session, start
 from pytest_lsp import LanguageClient
 
+from lab.replay import no_daemon_env
+
 # keep CPU threads low: tests run beside other processes on a 2-core machine
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # a daemon the developer started (`fsm-complete daemon start`) is never asked by the tests' commands and
 # servers: the socket they look for is in a private folder of this session where nothing listens (the
 # daemon's own tests set theirs)
-_NO_DAEMON = tempfile.mkdtemp(prefix="fsm-complete-tests-")
-atexit.register(shutil.rmtree, _NO_DAEMON, ignore_errors=True)
-os.environ["FSM_COMPLETE_SOCKET"] = os.path.join(_NO_DAEMON, "none.sock")
+os.environ["FSM_COMPLETE_SOCKET"] = no_daemon_env()["FSM_COMPLETE_SOCKET"]
 
 
 def pytest_addoption(parser):

@@ -80,7 +80,7 @@ class ContextCache:
         always synced (a request leaves its own document out of them, whoever synced last).
         Returns how many texts were (re)tokenized."""
         documents = dict(project.documents) if project is not None else {}
-        wanted = {"open": {k: v for k, v in documents.items() if text is None or not (len(v) == len(text) and v == text)},
+        wanted = {"open": {k: v for k, v in documents.items() if v != text},
                   "workspace": {k: v for k, v in project.workspace.items() if k not in documents}
                   if project is not None else {}}  # an open file's saved text is never counted, twin or not
         skip = {exclude, document_key(exclude)} if exclude else set()
